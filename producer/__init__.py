@@ -1,0 +1,3 @@
+"""gradefleet producer side: client library and the `gradefleet` CLI (no SymPy here)."""
+
+from __future__ import annotations

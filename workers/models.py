@@ -1,0 +1,135 @@
+"""Value types shared by the verifier, the fleet and the producer (stdlib only).
+
+`Verdict` is what grading returns; `GradeOptions` holds the knobs that change verdicts
+(they are part of every cache key). Nothing here imports SymPy, Celery or Redis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    """Outcome of grading one rollout."""
+
+    CORRECT = "correct"
+    WRONG = "wrong"
+    NO_ANSWER = "no_answer"
+    UNSUPPORTED = "unsupported"
+    INVALID_GOLD = "invalid_gold"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    ERROR = "error"
+
+
+class ExtractionMethod(StrEnum):
+    """Where the graded answer was found in the response."""
+
+    BOXED = "boxed"
+    FBOX = "fbox"
+    ANSWER_TAG = "answer_tag"
+    ANSWER_LINE = "answer_line"
+    FINAL_ANSWER_PHRASE = "final_answer_phrase"
+    LAST_NUMBER = "last_number"
+    NONE = "none"
+
+
+class VerifyMethod(StrEnum):
+    """Which comparison decided the verdict."""
+
+    EXACT = "exact"
+    NUMERIC = "numeric"
+    STRUCTURAL = "structural"
+    SYMBOLIC = "symbolic"
+    CHOICE = "choice"
+    TEXT = "text"
+    NONE = "none"
+
+
+# Statuses that depend on load or on our own bugs, never cached as final.
+TRANSIENT_STATUSES = frozenset({Status.TIMEOUT, Status.MEMORY_LIMIT, Status.ERROR})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GradeOptions:
+    """Knobs that change verdicts; every field is part of the cache key.
+
+    Attributes:
+        allow_fallback: let answers found without an explicit final-answer marker
+            (a "the result is 4" phrase, the last number) count as correct.
+            `format_valid` is false for them either way.
+        rel_tol: relative tolerance used only when the *prediction* is a rounded
+            decimal compared against an exact gold (see the verifier's policy).
+    """
+
+    allow_fallback: bool = True
+    rel_tol: float = 1e-6
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> GradeOptions:
+        if not data:
+            return cls()
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown grade options: {sorted(unknown)}")
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """The structured result of grading one rollout (immutable, JSON-able)."""
+
+    correct: bool
+    status: Status
+    format_valid: bool
+    extracted: str | None
+    extraction_method: ExtractionMethod
+    canonical_pred: str | None = None
+    canonical_gold: str | None = None
+    verify_method: VerifyMethod = VerifyMethod.NONE
+    reason: str = ""
+    grader_version: str = ""
+    cached: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only (enums become their string values)."""
+        return {
+            "correct": self.correct,
+            "status": self.status.value,
+            "format_valid": self.format_valid,
+            "extracted": self.extracted,
+            "extraction_method": self.extraction_method.value,
+            "canonical_pred": self.canonical_pred,
+            "canonical_gold": self.canonical_gold,
+            "verify_method": self.verify_method.value,
+            "reason": self.reason,
+            "grader_version": self.grader_version,
+            "cached": self.cached,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        return cls(
+            correct=bool(data["correct"]),
+            status=Status(data["status"]),
+            format_valid=bool(data["format_valid"]),
+            extracted=data.get("extracted"),
+            extraction_method=ExtractionMethod(data.get("extraction_method", "none")),
+            canonical_pred=data.get("canonical_pred"),
+            canonical_gold=data.get("canonical_gold"),
+            verify_method=VerifyMethod(data.get("verify_method", "none")),
+            reason=str(data.get("reason", "")),
+            grader_version=str(data.get("grader_version", "")),
+            cached=bool(data.get("cached", False)),
+        )
+
+    def replace(self, **changes: Any) -> Verdict:
+        return dataclasses.replace(self, **changes)
