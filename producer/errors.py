@@ -1,0 +1,45 @@
+"""Errors raised by the producer side; each carries the CLI exit code it maps to.
+
+    ProducerError                          exit 1  anything else the producer refuses
+    ├── InvalidRolloutError (ValueError)   exit 4  a rollout without response/gold text
+    │   └── MalformedInputError            exit 3  some input lines were malformed (the
+    │                                              others were graded and written)
+    ├── BrokerUnavailableError             exit 5  the broker (Redis) cannot be reached
+    └── DeadlinePassedError (TimeoutError) exit 6  results did not all arrive in time
+
+Exit code 2 is click's own "usage error" (bad option, missing file).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ProducerError(Exception):
+    """Base class of every error raised by the `producer` package."""
+
+    exit_code: ClassVar[int] = 1
+
+
+class InvalidRolloutError(ProducerError, ValueError):
+    """A rollout has no usable `response` / `gold` string."""
+
+    exit_code: ClassVar[int] = 4
+
+
+class MalformedInputError(InvalidRolloutError):
+    """Some input lines could not be read; every other line was graded."""
+
+    exit_code: ClassVar[int] = 3
+
+
+class BrokerUnavailableError(ProducerError):
+    """The broker (Redis) could not be reached."""
+
+    exit_code: ClassVar[int] = 5
+
+
+class DeadlinePassedError(ProducerError, TimeoutError):
+    """The job's deadline passed before every result arrived."""
+
+    exit_code: ClassVar[int] = 6

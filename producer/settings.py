@@ -1,0 +1,103 @@
+"""Producer settings: a frozen dataclass, read from `GRADEFLEET_*` vars by `from_env`.
+
+The CLI options mirror these fields (same env var names, same defaults).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_PREFIX = "GRADEFLEET_"
+CACHE_FILE_NAME = "cache.sqlite3"
+
+
+def default_cache_dir(environ: Mapping[str, str]) -> Path:
+    """`$XDG_CACHE_HOME/gradefleet`, else `~/.cache/gradefleet` (nothing is created)."""
+    xdg = environ.get("XDG_CACHE_HOME", "").strip()
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "gradefleet"
+    home = environ.get("HOME", "").strip() or str(Path.home())
+    return Path(home) / ".cache" / "gradefleet"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerSettings:
+    """How the producer grades a file.
+
+    Attributes:
+        broker_url: Redis URL of the fleet; None means embedded mode (a local pool).
+        batch_size: rollouts per Celery task (or per local pool batch).
+        deadline_s: give up (DeadlinePassedError) if results take longer than this.
+        processes: embedded mode only: grading processes; None means os.cpu_count().
+        item_timeout_s: embedded mode only: wall-clock limit per rollout.
+        item_memory_mb: embedded mode only: memory cap per grading process.
+        cache_dir: embedded mode only: where the SQLite result cache lives;
+            None disables the cache.
+    """
+
+    broker_url: str | None = None
+    batch_size: int = 64  # the fleet default (workers.settings.DEFAULT_BATCH_SIZE)
+    deadline_s: float = 3600.0
+    processes: int | None = None
+    item_timeout_s: float = 5.0
+    item_memory_mb: int = 1024
+    cache_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        checks = {
+            "batch_size": self.batch_size >= 1,
+            "deadline_s": self.deadline_s > 0,
+            "processes": self.processes is None or self.processes >= 1,
+            "item_timeout_s": self.item_timeout_s > 0,
+            "item_memory_mb": self.item_memory_mb >= 64,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"invalid producer settings: {', '.join(bad)}")
+
+    @property
+    def cache_path(self) -> Path | None:
+        """The SQLite file inside `cache_dir` (None when the cache is off)."""
+        return None if self.cache_dir is None else self.cache_dir / CACHE_FILE_NAME
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> ProducerSettings:
+        """Build settings from `GRADEFLEET_*` variables; unset ones keep their default.
+
+        `GRADEFLEET_CACHE_DIR` empty or unset means the default cache directory;
+        `GRADEFLEET_NO_CACHE=1` disables the cache.
+
+        Raises:
+            ValueError: a variable holds a value of the wrong type.
+        """
+        base = cls()
+
+        def get(name: str) -> str | None:
+            value = environ.get(ENV_PREFIX + name, "").strip()
+            return value or None
+
+        broker, batch, deadline = (
+            get("BROKER_URL"),
+            get("BATCH_SIZE"),
+            get("DEADLINE_S"),
+        )
+        procs, timeout, memory = (
+            get("PROCESSES"),
+            get("ITEM_TIMEOUT_S"),
+            get("ITEM_MEMORY_MB"),
+        )
+        cache_dir: Path | None = Path(get("CACHE_DIR") or default_cache_dir(environ))
+        if get("NO_CACHE") in {"1", "true", "yes"}:
+            cache_dir = None
+        return cls(
+            broker_url=broker,
+            batch_size=int(batch) if batch else base.batch_size,
+            deadline_s=float(deadline) if deadline else base.deadline_s,
+            processes=int(procs) if procs else base.processes,
+            item_timeout_s=float(timeout) if timeout else base.item_timeout_s,
+            item_memory_mb=int(memory) if memory else base.item_memory_mb,
+            cache_dir=cache_dir,
+        )

@@ -1,0 +1,285 @@
+"""What `gradefleet status` shows: queue depth read from Redis, live workers and their
+task counts over Celery's control bus (a light Celery app; no worker code imported),
+and, given worker metrics URLs, rollouts by status, rollouts/s and cache hit rate."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from producer.errors import BrokerUnavailableError
+from workers.contract import GRADE_BATCH, QUEUE
+
+__all__ = [
+    "FleetStatus",
+    "GradingTotals",
+    "WorkerStatus",
+    "read_fleet_status",
+    "redact_url",
+    "totals_from_exposition",
+]
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by `***` (safe to print)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStatus:
+    """One live worker node, as it answered `inspect().stats()`."""
+
+    name: str
+    concurrency: int | None
+    batches_done: int
+    uptime_s: float | None
+
+
+@dataclass(slots=True, kw_only=True)
+class GradingTotals:
+    """Counter totals read from worker metrics endpoints (summed over endpoints)."""
+
+    by_status: dict[str, float] = field(default_factory=dict)
+    cache_hits: float = 0.0
+    cache_misses: float = 0.0
+    sandbox_restarts: float = 0.0
+
+    @property
+    def graded(self) -> float:
+        return sum(self.by_status.values())
+
+    def add(self, other: GradingTotals) -> None:
+        for status, count in other.by_status.items():
+            self.by_status[status] = self.by_status.get(status, 0.0) + count
+        self.cache_hits += other.cache_hits
+        self.cache_misses += other.cache_misses
+        self.sandbox_restarts += other.sandbox_restarts
+
+
+def totals_from_exposition(text: str) -> GradingTotals:
+    """Parse Prometheus text exposition into the counters `status` shows."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = GradingTotals()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gradefleet_rollouts_graded_total":
+                status = sample.labels.get("status", "?")
+                totals.by_status[status] = (
+                    totals.by_status.get(status, 0.0) + sample.value
+                )
+            elif sample.name == "gradefleet_cache_requests_total":
+                if sample.labels.get("result") == "hit":
+                    totals.cache_hits += sample.value
+                else:
+                    totals.cache_misses += sample.value
+            elif sample.name == "gradefleet_sandbox_restarts_total":
+                totals.sandbox_restarts += sample.value
+    return totals
+
+
+def _scrape(urls: Sequence[str], timeout_s: float) -> tuple[GradingTotals, list[str]]:
+    totals, errors = GradingTotals(), []
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:
+                text = response.read().decode("utf-8")
+            totals.add(totals_from_exposition(text))
+        except (OSError, ValueError) as exc:
+            errors.append(f"{redact_url(url)}: {exc}")
+    return totals, errors
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetStatus:
+    """A snapshot of the fleet; `batches_per_s` is measured over `window_s`."""
+
+    broker: str
+    queue: str
+    ready: int
+    unacked: int | None
+    workers: tuple[WorkerStatus, ...]
+    batches_per_s: float | None
+    window_s: float
+    graded_by_status: dict[str, int] | None = None
+    rollouts_per_s: float | None = None
+    cache_hit_rate: float | None = None
+    sandbox_restarts: int | None = None
+    metrics_errors: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = asdict(self)
+        data["workers"] = [asdict(w) for w in self.workers]
+        return json.dumps(data, sort_keys=True)
+
+    def render(self) -> str:
+        unacked = "?" if self.unacked is None else f"{self.unacked:,}"
+        rate = "n/a" if self.batches_per_s is None else f"{self.batches_per_s:.1f}"
+        lines = [
+            f"broker       {self.broker}",
+            f"queue        {self.queue}: {self.ready:,} ready, {unacked} unacked",
+            f"workers      {len(self.workers)} live",
+        ]
+        for w in self.workers:
+            procs = "?" if w.concurrency is None else str(w.concurrency)
+            lines.append(
+                f"  {w.name}  {procs} processes, {w.batches_done:,} batches done"
+            )
+        lines.append(f"throughput   {rate} batches/s (last {self.window_s:g} s)")
+        return "\n".join(lines + self._metrics_lines())
+
+    def _metrics_lines(self) -> list[str]:
+        lines = [f"metrics      unreachable: {error}" for error in self.metrics_errors]
+        if self.graded_by_status is None:
+            return lines
+        total = sum(self.graded_by_status.values())
+        shares = ", ".join(
+            f"{status} {count / total:.1%}"
+            for status, count in sorted(self.graded_by_status.items())
+            if count and total
+        )
+        lines.append(
+            f"graded       {total:,} rollouts" + (f": {shares}" if shares else "")
+        )
+        if self.rollouts_per_s is not None:
+            lines.append(f"             {self.rollouts_per_s:,.1f} rollouts/s")
+        hits = "n/a" if self.cache_hit_rate is None else f"{self.cache_hit_rate:.1%}"
+        lines.append(f"cache        {hits} hits")
+        lines.append(f"sandboxes    {self.sandbox_restarts or 0:,} restarts")
+        return lines
+
+
+def _queue_depth(broker_url: str, timeout_s: float) -> tuple[int, int | None]:
+    import redis
+
+    from workers.metrics import read_queue_depths
+
+    try:
+        client = redis.Redis.from_url(
+            broker_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+        )
+    except ValueError as exc:
+        raise BrokerUnavailableError(f"invalid broker URL: {exc}") from exc
+    try:
+        depths = read_queue_depths(client, [QUEUE])
+    except (redis.RedisError, OSError) as exc:
+        where = redact_url(broker_url)
+        raise BrokerUnavailableError(
+            f"cannot reach the broker at {where}: {exc}"
+        ) from exc
+    finally:
+        client.close()
+    return depths[(QUEUE, "ready")], depths.get((QUEUE, "unacked"))
+
+
+def _worker(name: str, stats: dict[str, Any]) -> WorkerStatus:
+    pool = stats.get("pool") or {}
+    concurrency = pool.get("max-concurrency")
+    uptime = stats.get("uptime")
+    return WorkerStatus(
+        name=name,
+        concurrency=concurrency if isinstance(concurrency, int) else None,
+        batches_done=int((stats.get("total") or {}).get(GRADE_BATCH, 0)),
+        uptime_s=float(uptime) if isinstance(uptime, int | float) else None,
+    )
+
+
+@dataclass(slots=True, kw_only=True)
+class _Snapshot:
+    stats: dict[str, Any]
+    totals: GradingTotals
+    errors: list[str]
+    at_s: float
+
+
+def _snapshot(
+    app: Any, names: list[str], urls: Sequence[str], timeout_s: float
+) -> _Snapshot:
+    stats: dict[str, Any] = {}
+    if names:
+        inspect = app.control.inspect(timeout=timeout_s, limit=len(names))
+        stats = dict(inspect.stats() or {})
+    totals, errors = _scrape(urls, timeout_s)
+    return _Snapshot(stats=stats, totals=totals, errors=errors, at_s=time.monotonic())
+
+
+def _observe(
+    broker_url: str, urls: Sequence[str], *, timeout_s: float, window_s: float
+) -> tuple[list[str], _Snapshot, _Snapshot]:
+    from celery import Celery
+
+    app = Celery("gradefleet-status", broker=broker_url, set_as_current=False)
+    app.conf.update(accept_content=["json"], broker_connection_retry=False)
+    try:
+        names = sorted((app.control.inspect(timeout=timeout_s).ping() or {}).keys())
+        first = _snapshot(app, names, urls, timeout_s)
+        if names or urls:
+            time.sleep(window_s)  # rates are differences of two snapshots
+            return names, first, _snapshot(app, names, urls, timeout_s)
+        return names, first, first
+    finally:
+        app.close()
+
+
+def _rate(before: float, after: float, elapsed_s: float) -> float:
+    return max(0.0, after - before) / max(elapsed_s, 1e-9)
+
+
+def read_fleet_status(
+    broker_url: str,
+    *,
+    timeout_s: float = 1.0,
+    window_s: float = 1.0,
+    metrics_urls: Sequence[str] = (),
+) -> FleetStatus:
+    """Read queue depth, live workers, and rates over `window_s`.
+
+    Args:
+        metrics_urls: worker `/metrics` endpoints; when given, rollouts by status,
+            rollouts/s, cache hit rate and sandbox restarts are read from them.
+
+    Raises:
+        BrokerUnavailableError: Redis cannot be reached (checked first, quickly).
+    """
+    ready, unacked = _queue_depth(broker_url, timeout_s)
+    names, first, last = _observe(
+        broker_url, metrics_urls, timeout_s=timeout_s, window_s=window_s
+    )
+    elapsed_s = last.at_s - first.at_s
+    workers = tuple(_worker(n, last.stats.get(n) or {}) for n in names)
+    done_before = sum(_worker(n, first.stats.get(n) or {}).batches_done for n in names)
+    done_after = sum(w.batches_done for w in workers)
+    totals = last.totals
+    lookups = totals.cache_hits + totals.cache_misses
+    scraped = bool(metrics_urls) and not last.errors
+    return FleetStatus(
+        broker=redact_url(broker_url),
+        queue=QUEUE,
+        ready=ready,
+        unacked=unacked,
+        workers=workers,
+        batches_per_s=_rate(done_before, done_after, elapsed_s) if names else None,
+        window_s=window_s,
+        graded_by_status={k: int(v) for k, v in totals.by_status.items()}
+        if scraped
+        else None,
+        rollouts_per_s=_rate(first.totals.graded, totals.graded, elapsed_s)
+        if scraped
+        else None,
+        cache_hit_rate=totals.cache_hits / lookups if scraped and lookups else None,
+        sandbox_restarts=int(totals.sandbox_restarts) if scraped else None,
+        metrics_errors=tuple(last.errors),
+    )

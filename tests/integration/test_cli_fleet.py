@@ -1,0 +1,133 @@
+"""`gradefleet grade --broker` and `gradefleet status` with real workers and Redis."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from producer.batching import LINE_FIELD
+from producer.cli import cli
+from producer.client import GradingClient
+
+pytestmark = pytest.mark.integration
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample.jsonl"
+# Generous on a shared 2-core machine: no real rollout should come near it.
+ITEM_TIMEOUT_S = 30.0
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+def _without_cached(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "cached"} for r in records]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _status(redis_url: str, *extra: str) -> dict[str, Any]:
+    args = ["status", "--broker", redis_url, "--json", "--window-s", "0.2", *extra]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    status: dict[str, Any] = json.loads(result.stdout)
+    return status
+
+
+def test_cli_fleet_grade_matches_embedded_mode(
+    workers: Any, redis_server: str, tmp_path: Path
+) -> None:
+    # Given a worker with the same item deadline as the embedded run
+    workers.start(concurrency=2, item_timeout_s=ITEM_TIMEOUT_S)
+    timeout = ["--item-timeout-s", str(ITEM_TIMEOUT_S)]
+    fleet_out, local_out = tmp_path / "fleet.jsonl", tmp_path / "local.jsonl"
+    # When the sample (hostile item included) is graded on the fleet and embedded
+    on_fleet = ["--broker", redis_server, "--batch-size", "16", *timeout]
+    fleet = CliRunner().invoke(
+        cli, ["grade", str(SAMPLE), "-o", str(fleet_out), *on_fleet]
+    )
+    embedded = ["--no-cache", "--processes", "2", *timeout]
+    local = CliRunner().invoke(
+        cli,
+        ["grade", str(SAMPLE), "-o", str(local_out), *embedded],
+        env={"GRADEFLEET_BROKER_URL": ""},
+    )
+    # Then both succeed and the files are identical but for `cached`
+    assert fleet.exit_code == 0, fleet.output
+    assert local.exit_code == 0, local.output
+    fleet_rows, local_rows = _read_jsonl(fleet_out), _read_jsonl(local_out)
+    assert len(fleet_rows) == len(SAMPLE.read_text("utf-8").splitlines())
+    assert _without_cached(fleet_rows) == _without_cached(local_rows)
+    assert [r[LINE_FIELD] for r in fleet_rows] == list(range(1, len(fleet_rows) + 1))
+    assert "rollouts graded  197" in fleet.stderr
+
+
+def test_cli_status_shows_queue_depth_and_live_workers(
+    workers: Any, redis_server: str, wait_until: Any
+) -> None:
+    # Given no worker consuming
+    before = _status(redis_server)
+    assert before["workers"] == [], "a worker from another test is still running"
+    assert before["queue"] == "gradefleet"
+    # When a job of 5 batches is submitted
+    with GradingClient(redis_server, batch_size=2) as client:
+        rollouts = [{"response": f"\\boxed{{{n}}}", "gold": str(n)} for n in range(10)]
+        job = client.submit(rollouts, deadline_s=120)
+        # Then status counts them as ready
+        queued = _status(redis_server)
+        assert queued["ready"] == before["ready"] + 5
+        # And once a worker runs, it is listed live and the queue drains
+        port = _free_port()
+        env = {"GRADEFLEET_METRICS_PORT": str(port)}
+        workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S, extra_env=env)
+        verdicts = job.results()
+    assert [v.correct for v in verdicts] == [True] * 10
+    drained = wait_until(
+        lambda: (s := _status(redis_server))["ready"] == 0 and s,
+        timeout_s=30,
+        what="queue drained in status",
+    )
+    assert len(drained["workers"]) == 1
+    assert drained["workers"][0]["batches_done"] >= 5
+    assert drained["workers"][0]["concurrency"] == 1
+    # And with the worker's metrics endpoint, rollouts by status are shown
+    metrics_url = f"http://127.0.0.1:{port}/metrics"
+    with_metrics = _status(redis_server, "--metrics", metrics_url)
+    assert with_metrics["metrics_errors"] == []
+    assert with_metrics["graded_by_status"]["correct"] >= 10
+    assert with_metrics["rollouts_per_s"] is not None
+    table = CliRunner().invoke(
+        cli, ["status", "--broker", redis_server, "--metrics", metrics_url]
+    )
+    assert table.exit_code == 0, table.output
+    assert "workers      1 live" in table.stdout
+    assert "gradefleet: 0 ready" in table.stdout
+    assert "rollouts: correct" in table.stdout
+
+
+def test_cli_grade_deadline_without_workers_exits_6(
+    redis_server: str, tmp_path: Path
+) -> None:
+    # Given a reachable broker but no worker to consume
+    assert _status(redis_server)["workers"] == [], "a worker is still running"
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"response": "\\\\boxed{1}", "gold": "1"}\n')
+    out = tmp_path / "out.jsonl"
+    # When grading with a 1 s deadline
+    args = ["grade", str(source), "-o", str(out), "--broker", redis_server]
+    result = CliRunner().invoke(cli, [*args, "--deadline-s", "1"])
+    # Then it fails with exit 6 naming what is missing, and writes no output
+    assert result.exit_code == 6, result.output
+    assert "deadline passed" in result.stderr
+    assert "missing indexes: 0" in result.stderr
+    assert not out.exists()

@@ -1,0 +1,96 @@
+"""`gradefleet status` pieces that need no server: metrics parsing, rendering, URLs."""
+
+from __future__ import annotations
+
+import json
+
+from prometheus_client import CollectorRegistry
+
+from producer.status import (
+    FleetStatus,
+    WorkerStatus,
+    redact_url,
+    totals_from_exposition,
+)
+from workers.metrics import WorkerMetrics, exposition
+from workers.models import ExtractionMethod, Status, Verdict
+
+
+def _verdict(status: Status) -> Verdict:
+    return Verdict(
+        correct=status is Status.CORRECT,
+        status=status,
+        format_valid=True,
+        extracted="1",
+        extraction_method=ExtractionMethod.BOXED,
+    )
+
+
+def test_cli_status_reads_counters_from_worker_exposition() -> None:
+    # Given a worker's real metrics after 3 correct, 1 timeout, 4 hits / 1 miss
+    metrics = WorkerMetrics(CollectorRegistry())
+    for status in (Status.CORRECT, Status.CORRECT, Status.CORRECT, Status.TIMEOUT):
+        metrics.item_graded(_verdict(status), 0.01)
+    metrics.cache_lookup(hits=4, misses=1)
+    metrics.sandbox_restarted("timeout")
+    # When its exposition is parsed
+    totals = totals_from_exposition(exposition(metrics.registry).decode())
+    # Then the totals match
+    assert totals.by_status["correct"] == 3
+    assert totals.by_status["timeout"] == 1
+    assert totals.graded == 4
+    assert (totals.cache_hits, totals.cache_misses) == (4, 1)
+    assert totals.sandbox_restarts == 1
+
+
+def test_cli_status_render_and_json() -> None:
+    fleet = FleetStatus(
+        broker="redis://h:6379/0",
+        queue="gradefleet",
+        ready=3,
+        unacked=1,
+        workers=(
+            WorkerStatus(name="w1@h", concurrency=2, batches_done=40, uptime_s=9.0),
+        ),
+        batches_per_s=2.5,
+        window_s=1.0,
+        graded_by_status={"correct": 3, "timeout": 1, "wrong": 0},
+        rollouts_per_s=120.0,
+        cache_hit_rate=0.8,
+        sandbox_restarts=1,
+    )
+    text = fleet.render()
+    assert "queue        gradefleet: 3 ready, 1 unacked" in text
+    assert "workers      1 live" in text
+    assert "w1@h  2 processes, 40 batches done" in text
+    assert "throughput   2.5 batches/s" in text
+    assert "graded       4 rollouts: correct 75.0%, timeout 25.0%" in text
+    assert "120.0 rollouts/s" in text
+    assert "cache        80.0% hits" in text
+    data = json.loads(fleet.to_json())
+    assert data["workers"][0]["name"] == "w1@h"
+    assert data["ready"] == 3
+
+
+def test_cli_status_render_without_workers_or_metrics() -> None:
+    fleet = FleetStatus(
+        broker="redis://h:6379/0",
+        queue="gradefleet",
+        ready=0,
+        unacked=None,
+        workers=(),
+        batches_per_s=None,
+        window_s=1.0,
+        metrics_errors=("http://h:9808/metrics: refused",),
+    )
+    text = fleet.render()
+    assert "0 ready, ? unacked" in text
+    assert "workers      0 live" in text
+    assert "throughput   n/a" in text
+    assert "metrics      unreachable: http://h:9808/metrics: refused" in text
+
+
+def test_cli_status_redacts_passwords() -> None:
+    assert redact_url("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
+    assert redact_url("redis://user:pw@h/0") == "redis://user:***@h/0"
+    assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
