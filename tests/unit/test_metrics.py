@@ -1,0 +1,240 @@
+"""WorkerMetrics / ProducerMetrics / QueueDepthCollector through private registries."""
+
+from __future__ import annotations
+
+import json
+import socket
+from importlib import metadata
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+import workers
+from workers.metrics import (
+    RESTART_REASONS,
+    ProducerMetrics,
+    QueueDepthCollector,
+    WorkerMetrics,
+    exposition,
+    read_queue_depths,
+)
+from workers.models import ExtractionMethod, Status, Verdict
+
+
+def _verdict(status: Status, *, format_valid: bool = True) -> Verdict:
+    return Verdict(
+        correct=status is Status.CORRECT,
+        status=status,
+        format_valid=format_valid,
+        extracted="1",
+        extraction_method=ExtractionMethod.BOXED,
+    )
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def metrics(registry: CollectorRegistry) -> WorkerMetrics:
+    return WorkerMetrics(registry)
+
+
+def _graded(registry: CollectorRegistry, status: str) -> float | None:
+    return registry.get_sample_value(
+        "gradefleet_rollouts_graded_total", {"status": status}
+    )
+
+
+def test_metrics_every_bounded_label_starts_at_zero(registry, metrics):
+    # Given a fresh WorkerMetrics, every status / cache result / reason exists at 0.
+    for status in Status:
+        assert _graded(registry, status.value) == 0.0
+    for result in ("hit", "miss"):
+        value = registry.get_sample_value(
+            "gradefleet_cache_requests_total", {"result": result}
+        )
+        assert value == 0.0
+    for reason in RESTART_REASONS:
+        value = registry.get_sample_value(
+            "gradefleet_sandbox_restarts_total", {"reason": reason}
+        )
+        assert value == 0.0
+    assert registry.get_sample_value("gradefleet_format_invalid_total") == 0.0
+    assert registry.get_sample_value("gradefleet_workers_busy") == 0.0
+
+
+def test_metrics_counts_per_status(registry, metrics):
+    # Given a known mix of verdicts, three of them without a valid format
+    mix = {Status.CORRECT: 5, Status.WRONG: 3, Status.TIMEOUT: 2, Status.ERROR: 1}
+    for status, n in mix.items():
+        for i in range(n):
+            metrics.item_graded(_verdict(status, format_valid=i != 0), 0.002)
+    # Then each status counts exactly its verdicts; the others stay 0
+    for status in Status:
+        assert _graded(registry, status.value) == float(mix.get(status, 0))
+    assert registry.get_sample_value("gradefleet_format_invalid_total") == 4.0
+    assert registry.get_sample_value("gradefleet_grade_duration_seconds_count") == 11
+    assert registry.get_sample_value(
+        "gradefleet_grade_duration_seconds_sum"
+    ) == pytest.approx(0.022)
+    le_1ms = registry.get_sample_value(
+        "gradefleet_grade_duration_seconds_bucket", {"le": "0.001"}
+    )
+    le_2_5ms = registry.get_sample_value(
+        "gradefleet_grade_duration_seconds_bucket", {"le": "0.0025"}
+    )
+    assert (le_1ms, le_2_5ms) == (0.0, 11.0)
+
+
+def test_metrics_cache_sandbox_batch_queue(registry, metrics):
+    metrics.cache_lookup(hits=7, misses=3)
+    metrics.cache_lookup(hits=0, misses=2)
+    metrics.sandbox_restarted("timeout")
+    metrics.sandbox_restarted("memory")
+    metrics.sandbox_restarted("memory")
+    metrics.batch_done(size=64, duration_s=0.4)
+    metrics.queue_wait(1.5)
+    metrics.queue_wait(-3.0)  # producer clock ahead: clamped, not negative
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("gradefleet_cache_requests_total", result="hit") == 7.0
+    assert value("gradefleet_cache_requests_total", result="miss") == 5.0
+    assert value("gradefleet_sandbox_restarts_total", reason="timeout") == 1.0
+    assert value("gradefleet_sandbox_restarts_total", reason="memory") == 2.0
+    assert value("gradefleet_sandbox_restarts_total", reason="crash") == 0.0
+    assert value("gradefleet_batch_duration_seconds_count") == 1.0
+    assert value("gradefleet_batch_duration_seconds_bucket", le="0.5") == 1.0
+    assert value("gradefleet_batch_duration_seconds_bucket", le="0.25") == 0.0
+    assert value("gradefleet_batch_rollouts_sum") == 64.0
+    assert value("gradefleet_queue_wait_seconds_count") == 2.0
+    assert value("gradefleet_queue_wait_seconds_sum") == 1.5
+
+
+def test_metrics_unknown_restart_reason_is_bounded(registry, metrics):
+    for i in range(50):
+        metrics.sandbox_restarted(f"weird-{i}")
+    reasons = {
+        s.labels["reason"]
+        for family in registry.collect()
+        if family.name == "gradefleet_sandbox_restarts"
+        for s in family.samples
+    }
+    assert reasons == set(RESTART_REASONS)
+    assert (
+        registry.get_sample_value(
+            "gradefleet_sandbox_restarts_total", {"reason": "other"}
+        )
+        == 50.0
+    )
+
+
+def test_metrics_busy_gauge_returns_to_zero_on_error(registry, metrics):
+    with metrics.busy():
+        assert registry.get_sample_value("gradefleet_workers_busy") == 1.0
+        with metrics.busy():
+            assert registry.get_sample_value("gradefleet_workers_busy") == 2.0
+    with pytest.raises(RuntimeError), metrics.busy():
+        raise RuntimeError("boom")
+    assert registry.get_sample_value("gradefleet_workers_busy") == 0.0
+
+
+def test_metrics_build_info(registry, metrics):
+    labels = {"version": workers.__version__, "sympy": metadata.version("sympy")}
+    assert registry.get_sample_value("gradefleet_build_info", labels) == 1.0
+
+
+def test_metrics_producer_counters(registry):
+    producer = ProducerMetrics(registry)
+    producer.rollouts_submitted.inc(100)
+    producer.results_received.inc(98)
+    producer.batches_resent.inc()
+    names = ("submitted", "results_received", "batches_resent")
+    got = [
+        registry.get_sample_value(
+            "gradefleet_producer_rollouts_submitted_total"
+            if n == "submitted"
+            else f"gradefleet_producer_{n}_total"
+        )
+        for n in names
+    ]
+    assert got == [100.0, 98.0, 1.0]
+
+
+def test_metrics_default_registry_is_private():
+    # Two instances in one process must not collide (a private registry each).
+    first, second = WorkerMetrics(), WorkerMetrics()
+    assert first.registry is not second.registry
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_metrics_queue_depth_redis_down_does_not_fail_scrape(registry):
+    # Given a client pointed at a port where nothing listens
+    client = redis.Redis(
+        port=_free_port(), socket_timeout=0.5, socket_connect_timeout=0.5
+    )
+    registry.register(QueueDepthCollector(client, ["gradefleet"]))
+    # When scraped, Then the scrape succeeds and says the depth is unknown
+    text = exposition(registry).decode()
+    assert "gradefleet_queue_depth_up 0.0" in text
+    assert "gradefleet_queue_depth{" not in text
+    client.close()
+
+
+class _FakePipeline:
+    """A stand-in for Redis replies (the reader's parsing, not our code, is faked)."""
+
+    def __init__(self, data: dict[str, object]) -> None:
+        self._data = data
+        self._replies: list[object] = []
+
+    def llen(self, key: str) -> None:
+        self._replies.append(len(self._data.get(key, [])))  # type: ignore[arg-type]
+
+    def hlen(self, key: str) -> None:
+        self._replies.append(len(self._data.get(key, {})))  # type: ignore[arg-type]
+
+    def hvals(self, key: str) -> None:
+        self._replies.append(list(self._data.get(key, {}).values()))  # type: ignore[attr-defined]
+
+    def execute(self) -> list[object]:
+        replies, self._replies = self._replies, []
+        return replies
+
+
+class _FakeRedis:
+    def __init__(self, data: dict[str, object]) -> None:
+        self._data = data
+
+    def pipeline(self, transaction: bool = True) -> _FakePipeline:
+        return _FakePipeline(self._data)
+
+
+def test_metrics_queue_depth_counts_priority_lists_and_unacked():
+    unacked = {
+        "tag1": json.dumps([{"body": "x"}, "gradefleet", "gradefleet"]),
+        "tag2": json.dumps([{"body": "x"}, "other", "other"]),
+        "tag3": "not json",
+    }
+    data: dict[str, object] = {
+        "gradefleet": [1, 2, 3],
+        "gradefleet\x06\x169": [4],
+        "other": [],
+        "unacked": unacked,
+    }
+    depths = read_queue_depths(_FakeRedis(data), ["gradefleet", "other"])
+    assert depths == {
+        ("gradefleet", "ready"): 4,
+        ("gradefleet", "unacked"): 1,
+        ("other", "ready"): 0,
+        ("other", "unacked"): 1,
+    }

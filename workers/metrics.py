@@ -1,0 +1,449 @@
+"""Every Prometheus metric of the fleet, built on an injected registry, and the
+multiprocess plumbing (one HTTP endpoint per node summing all prefork children).
+
+Entry points call `prepare_multiprocess_dir()` first, before any metric exists, then
+`start_metrics_server()` in the parent; each process builds `WorkerMetrics()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+    values,
+)
+from prometheus_client import multiprocess as _mp
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
+
+from workers import __version__
+from workers.errors import GraderError
+from workers.models import Status, Verdict
+
+__all__ = [
+    "BATCH_BUCKETS_S",
+    "CACHE_RESULTS",
+    "ITEM_BUCKETS_S",
+    "QUEUE_WAIT_BUCKETS_S",
+    "RESTART_REASONS",
+    "MetricsSetupError",
+    "ProducerMetrics",
+    "QueueDepthCollector",
+    "RedisQueueClient",
+    "WorkerMetrics",
+    "exposition",
+    "mark_process_dead",
+    "metrics_registry",
+    "prepare_multiprocess_dir",
+    "read_queue_depths",
+    "reap_dead_processes",
+    "start_metrics_server",
+]
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CACHE_RESULTS = ("hit", "miss")
+# "other" bounds the label: an unknown reason from a new sandbox must not mint series.
+RESTART_REASONS = ("timeout", "memory", "crash", "recycle", "other")
+
+# Per item: a cache hit or a Fraction compare is ~5-50 µs, a SymPy pair ~1-5 ms, and
+# the sandbox deadline a few seconds (up to 30 s if configured): buckets resolve all 3.
+ITEM_BUCKETS_S = (
+    *(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025),
+    *(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+# Per batch: a cached 100-item batch takes ~1 ms, a cold SymPy-heavy 1,000-item batch
+# seconds, and a batch full of hostile items up to size x deadline: 1 ms ... 300 s.
+BATCH_BUCKETS_S = (
+    *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+    *(5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0),
+)
+# Enqueue to start: near zero when workers are idle, minutes when the fleet is behind.
+QUEUE_WAIT_BUCKETS_S = (
+    *(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    *(30.0, 60.0, 120.0, 300.0, 600.0, 1800.0),
+)
+BATCH_SIZE_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+# Celery's Redis transport (kombu): priority queues are "<queue>\x06\x16<step>" lists
+# beside the plain list; delivered-but-unacked messages sit in one "unacked" hash.
+_PRIORITY_SEP = "\x06\x16"
+_PRIORITY_STEPS = (3, 6, 9)
+_UNACKED_KEY = "unacked"
+
+
+class MetricsSetupError(GraderError):
+    """The multiprocess metrics directory is missing or was prepared too late."""
+
+
+def _sympy_version() -> str:
+    # importlib.metadata, not `import sympy`: the parent process must stay light.
+    try:
+        return metadata.version("sympy")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class WorkerMetrics:
+    """The worker's metrics; implements `workers.batch.BatchObserver`.
+
+    Args:
+        registry: where the metrics are registered. ``None`` gives a private registry:
+            right for multiprocess mode, where values live in the mmap files and the
+            endpoint reads them back with a `MultiProcessCollector`. In single-process
+            mode pass the registry you serve (or a test's private one).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._build_verdict_metrics(self.registry)
+        self._build_batch_metrics(self.registry)
+        self._build_process_metrics(self.registry)
+
+    def _build_verdict_metrics(self, reg: CollectorRegistry) -> None:
+        graded = Counter(
+            "gradefleet_rollouts_graded",
+            "Rollouts graded, by verdict status.",
+            ["status"],
+            registry=reg,
+        )
+        self._graded = {s: graded.labels(status=s.value) for s in Status}
+        self._format_invalid = Counter(
+            "gradefleet_format_invalid",
+            "Graded rollouts without a well-formed final-answer marker.",
+            registry=reg,
+        )
+        self._grade_duration = Histogram(
+            "gradefleet_grade_duration_seconds",
+            "Wall time to grade one rollout (cache hits included).",
+            buckets=ITEM_BUCKETS_S,
+            registry=reg,
+        )
+
+    def _build_process_metrics(self, reg: CollectorRegistry) -> None:
+        cache = Counter(
+            "gradefleet_cache_requests",
+            "Result-cache lookups, by result.",
+            ["result"],
+            registry=reg,
+        )
+        self._cache = {r: cache.labels(result=r) for r in CACHE_RESULTS}
+        restarts = Counter(
+            "gradefleet_sandbox_restarts",
+            "Sandbox child restarts, by reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self._restarts = {r: restarts.labels(reason=r) for r in RESTART_REASONS}
+        self._busy = Gauge(
+            "gradefleet_workers_busy",
+            "Worker processes grading a batch right now.",
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
+        # A new process is idle; also clears a stale value if a dead child's pid (and
+        # so its not-yet-reaped gauge file) is reused.
+        self._busy.set(0)
+        build = Gauge(
+            "gradefleet_build_info",
+            "Build of the worker: gradefleet and SymPy versions (value is 1).",
+            ["version", "sympy"],
+            registry=reg,
+            multiprocess_mode="max",
+        )
+        build.labels(version=__version__, sympy=_sympy_version()).set(1)
+
+    def _build_batch_metrics(self, reg: CollectorRegistry) -> None:
+        self._batch_duration = Histogram(
+            "gradefleet_batch_duration_seconds",
+            "Wall time to grade one batch, from task start to result.",
+            buckets=BATCH_BUCKETS_S,
+            registry=reg,
+        )
+        self._batch_size = Histogram(
+            "gradefleet_batch_rollouts",
+            "Rollouts per graded batch.",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=reg,
+        )
+        self._queue_wait = Histogram(
+            "gradefleet_queue_wait_seconds",
+            "Time a batch waited in the queue (enqueued_at to task start).",
+            buckets=QUEUE_WAIT_BUCKETS_S,
+            registry=reg,
+        )
+
+    def item_graded(self, verdict: Verdict, duration_s: float) -> None:
+        """Count one graded rollout by status; record its grading time."""
+        self._graded[Status(verdict.status)].inc()
+        if not verdict.format_valid:
+            self._format_invalid.inc()
+        self._grade_duration.observe(max(duration_s, 0.0))
+
+    def cache_lookup(self, *, hits: int, misses: int) -> None:
+        """Count one batch's cache lookups."""
+        if hits:
+            self._cache["hit"].inc(hits)
+        if misses:
+            self._cache["miss"].inc(misses)
+
+    def sandbox_restarted(self, reason: str) -> None:
+        """Count a sandbox restart; unknown reasons are counted as "other"."""
+        key = reason if reason in self._restarts else "other"
+        self._restarts[key].inc()
+
+    def batch_done(self, *, size: int, duration_s: float) -> None:
+        """Record one finished batch."""
+        self._batch_duration.observe(max(duration_s, 0.0))
+        self._batch_size.observe(size)
+
+    def queue_wait(self, seconds: float) -> None:
+        """Record how long a batch waited in the queue (clock skew clamps to 0)."""
+        self._queue_wait.observe(max(seconds, 0.0))
+
+    @contextmanager
+    def busy(self) -> Iterator[None]:
+        """Mark this process busy for the duration of the block."""
+        self._busy.inc()
+        try:
+            yield
+        finally:
+            self._busy.dec()
+
+
+class ProducerMetrics:
+    """Producer-side counters (the client process; single-process mode)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.rollouts_submitted = Counter(
+            "gradefleet_producer_rollouts_submitted",
+            "Rollouts submitted for grading.",
+            registry=self.registry,
+        )
+        self.results_received = Counter(
+            "gradefleet_producer_results_received",
+            "Verdicts received back by the producer.",
+            registry=self.registry,
+        )
+        self.batches_resent = Counter(
+            "gradefleet_producer_batches_resent",
+            "Batches re-sent because their result did not arrive in time.",
+            registry=self.registry,
+        )
+
+
+class RedisQueueClient(Protocol):
+    """The part of `redis.Redis` the queue-depth reader uses."""
+
+    def pipeline(self, transaction: bool = ...) -> Any: ...
+
+
+def read_queue_depths(
+    client: RedisQueueClient, queues: Sequence[str], *, unacked_limit: int = 10_000
+) -> dict[tuple[str, str], int]:
+    """Ready and unacked message counts per queue, read from Celery's Redis keys.
+
+    ready = LLEN of the queue list plus its priority lists. unacked = entries of kombu's
+    "unacked" hash whose routing key is the queue (Celery's default: routing key ==
+    queue name); past `unacked_limit` entries the hash is not read and unacked is
+    omitted. Raises redis errors (the collector turns them into `..._up 0`).
+    """
+    pipe = client.pipeline(transaction=False)
+    for queue in queues:
+        pipe.llen(queue)
+        for step in _PRIORITY_STEPS:
+            pipe.llen(f"{queue}{_PRIORITY_SEP}{step}")
+    pipe.hlen(_UNACKED_KEY)
+    replies = [int(r) for r in pipe.execute()]
+    width = 1 + len(_PRIORITY_STEPS)
+    depths = {
+        (q, "ready"): sum(replies[i * width : (i + 1) * width])
+        for i, q in enumerate(queues)
+    }
+    n_unacked = replies[-1]
+    if n_unacked > unacked_limit:
+        return depths
+    unacked = dict.fromkeys(queues, 0)
+    if n_unacked:
+        pipe = client.pipeline(transaction=False)
+        pipe.hvals(_UNACKED_KEY)
+        for raw in pipe.execute()[0]:
+            routing_key = _routing_key(raw)
+            if routing_key in unacked:
+                unacked[routing_key] += 1
+    depths.update({(q, "unacked"): n for q, n in unacked.items()})
+    return depths
+
+
+def _routing_key(raw: bytes | str) -> str | None:
+    # kombu stores json [message, exchange, routing_key] per delivery tag.
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], str):
+        return entry[2]
+    return None
+
+
+class QueueDepthCollector(Collector):
+    """`gradefleet_queue_depth{queue,state}` read from Redis at scrape time.
+
+    A Redis outage never fails the scrape: the depth is omitted and
+    `gradefleet_queue_depth_up` is 0. Give the client a short `socket_timeout`.
+    """
+
+    def __init__(self, redis_client: RedisQueueClient, queues: Sequence[str]) -> None:
+        self._client = redis_client
+        self._queues = tuple(queues)
+
+    def describe(self) -> Iterable[Metric]:
+        # Declared so registration does not trigger a Redis round trip.
+        return [self._depth_family(), self._up_family()]
+
+    def collect(self) -> Iterable[Metric]:
+        depth = self._depth_family()
+        up = self._up_family()
+        try:
+            depths = read_queue_depths(self._client, self._queues)
+        except (RedisError, OSError, ValueError):
+            # Broker down or odd replies: "unknown" (up 0), never a failed scrape.
+            up.add_metric([], 0.0)
+            return [up]
+        for (queue, state), n in sorted(depths.items()):
+            depth.add_metric([queue, state], float(n))
+        up.add_metric([], 1.0)
+        return [depth, up]
+
+    @staticmethod
+    def _depth_family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "gradefleet_queue_depth",
+            "Messages in the broker queue: ready (waiting) or unacked (delivered).",
+            labels=["queue", "state"],
+        )
+
+    @staticmethod
+    def _up_family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "gradefleet_queue_depth_up",
+            "1 if the last queue-depth read from Redis succeeded, else 0.",
+        )
+
+
+def prepare_multiprocess_dir(path: Path) -> None:
+    """Create `path`, delete stale *.db files, and switch prometheus_client to it.
+
+    Call it in the worker entry point before any metric is created (values are kept
+    in per-process mmap files from then on). The directory must belong to one node.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink(missing_ok=True)
+    os.environ[MULTIPROC_ENV] = str(path)
+    # prometheus_client picks its value class when it is first imported; this module
+    # imports it, so re-pick now that the variable is set (metrics made later use it).
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+
+
+def _multiproc_path(path: Path | None) -> Path:
+    if path is not None:
+        return path
+    env = os.environ.get(MULTIPROC_ENV)
+    if not env or not Path(env).is_dir():
+        raise MetricsSetupError(
+            f"{MULTIPROC_ENV} is unset or not a directory; "
+            "call prepare_multiprocess_dir() first"
+        )
+    return Path(env)
+
+
+def mark_process_dead(pid: int, path: Path | None = None) -> None:
+    """Drop a dead process's live gauges (its counters stay counted)."""
+    _mp.mark_process_dead(pid, str(_multiproc_path(path)))  # type: ignore[no-untyped-call]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_dead_processes(path: Path | None = None) -> list[int]:
+    """`mark_process_dead` every pid with live-gauge files that no longer runs.
+
+    Covers children killed with SIGKILL, which never run their own shutdown hooks.
+    """
+    folder = _multiproc_path(path)
+    dead: set[int] = set()
+    for db in folder.glob("gauge_live*_*.db"):
+        pid_text = db.stem.rpartition("_")[2]
+        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            dead.add(int(pid_text))
+    for pid in sorted(dead):
+        mark_process_dead(pid, folder)
+    return sorted(dead)
+
+
+class _MultiProcessView(Collector):
+    """A `MultiProcessCollector` that first forgets the live gauges of dead pids."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._inner = _mp.MultiProcessCollector(None, path=str(path))  # type: ignore[no-untyped-call]
+
+    def collect(self) -> Iterable[Metric]:
+        reap_dead_processes(self._path)
+        return self._inner.collect()  # type: ignore[no-untyped-call,no-any-return]
+
+
+def metrics_registry(
+    *,
+    path: Path | None = None,
+    redis_client: RedisQueueClient | None = None,
+    queues: Sequence[str] = (),
+) -> CollectorRegistry:
+    """The registry a node serves: every process's files summed, plus queue depth."""
+    registry = CollectorRegistry()
+    registry.register(_MultiProcessView(_multiproc_path(path)))
+    if redis_client is not None:
+        registry.register(QueueDepthCollector(redis_client, queues))
+    return registry
+
+
+def start_metrics_server(
+    port: int,
+    *,
+    redis_client: RedisQueueClient | None = None,
+    queues: Sequence[str] = (),
+    addr: str = "0.0.0.0",
+) -> None:
+    """Serve `metrics_registry()` on `addr:port` from a daemon thread of this process.
+
+    Call it once per node, in the parent process, after `prepare_multiprocess_dir()`.
+    """
+    registry = metrics_registry(redis_client=redis_client, queues=queues)
+    start_http_server(port, addr=addr, registry=registry)
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The text exposition of `registry` (what a scrape returns)."""
+    return generate_latest(registry)
