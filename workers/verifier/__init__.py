@@ -1,14 +1,19 @@
 """The pure math verifier: extract, canonicalize, compare, grade (stdlib + SymPy only).
 
-PLACEHOLDER implementation (compares the last \\boxed{} as a string) so the fleet can be
-built in parallel; the verifier work replaces every function body, keeping the names.
+SymPy is imported lazily, only for answers that exact rational arithmetic and structure
+cannot decide; integers, decimals and fractions never touch it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict, VerifyMethod
+from workers.verifier.decide import decide_parsed
+from workers.verifier.extract import extract_answer
+from workers.verifier.pipeline import Parsed, parse_answer, parse_gold
+from workers.verifier.version import GRADER_VERSION
 
 __all__ = [
     "GRADER_VERSION",
@@ -19,7 +24,11 @@ __all__ = [
     "prepare",
 ]
 
-GRADER_VERSION = "gradefleet-0.1.0+sympy-1.14.0"
+_FALLBACK_METHODS = frozenset(
+    {ExtractionMethod.FINAL_ANSWER_PHRASE, ExtractionMethod.LAST_NUMBER}
+)
+_DEFAULT_OPTIONS = GradeOptions()
+_KEY_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,7 +37,8 @@ class Prepared:
 
     `decision_key` fully determines every answer-dependent verdict field (all but
     `extracted`, `extraction_method`, `format_valid`, `cached`): two pairs with equal
-    keys get equal decisions. None means "do not cache".
+    keys get equal decisions. None means "do not cache". The remaining fields carry
+    the parsed trees from `prepare` to `decide` within one process (never serialized).
     """
 
     extracted: str | None
@@ -37,40 +47,105 @@ class Prepared:
     canonical_pred: str | None
     canonical_gold: str | None
     decision_key: str | None
+    extraction_reason: str = ""
+    gold_text: str | None = None
+    internal_error: str = ""
+    pred_parsed: Parsed | None = field(default=None, repr=False, compare=False)
+    gold_parsed: Parsed | None = field(default=None, repr=False, compare=False)
 
 
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 1, start + len("\\boxed{")
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j].strip()
-    return None
+def prepare(
+    response: str, gold: str, *, options: GradeOptions | None = None
+) -> Prepared:
+    """Extract the answer and parse both sides (pure string work, bounded, no SymPy).
+
+    Args:
+        response: the model's whole response.
+        gold: the gold answer (bare, LaTeX, worked solution or ``#### 18``).
+        options: grading options (defaults to `GradeOptions()`).
+
+    Returns:
+        The prepared pair; never raises for str inputs (an internal bug is recorded
+        and `decide` turns it into an ``error`` verdict, never cached).
+    """
+    try:
+        found = extract_answer(response)
+        return _prepared(
+            found.answer, found.method, found.format_valid, found.reason, gold
+        )
+    except Exception as exc:  # a grader bug becomes an `error` verdict, never a crash
+        return _broken(exc)
 
 
-def prepare(response: str, gold: str, *, options: GradeOptions | None = None) -> Prepared:
-    pred = _last_boxed(response)
-    g = _last_boxed(gold) or gold.strip()
-    method = ExtractionMethod.BOXED if pred is not None else ExtractionMethod.NONE
-    key = None if pred is None else f"{pred}\x00{g}"
+def _broken(exc: Exception) -> Prepared:
     return Prepared(
-        extracted=pred,
+        extracted=None,
+        extraction_method=ExtractionMethod.NONE,
+        format_valid=False,
+        canonical_pred=None,
+        canonical_gold=None,
+        decision_key=None,
+        internal_error=type(exc).__name__,
+    )
+
+
+def _prepared(
+    answer: str | None,
+    method: ExtractionMethod,
+    format_valid: bool,
+    reason: str,
+    gold: str,
+) -> Prepared:
+    gold_text, gold_parsed = parse_gold(gold)
+    pred_parsed = parse_answer(answer) if answer else None
+    key = None
+    if answer:
+        pred_key = (
+            pred_parsed.canonical if pred_parsed and pred_parsed.canonical else None
+        )
+        gold_key = gold_parsed.canonical or f"raw:{gold_text}"
+        fallback = method in _FALLBACK_METHODS
+        key = _KEY_ENCODER.encode([pred_key or f"raw:{answer}", gold_key, fallback])
+    return Prepared(
+        extracted=answer,
         extraction_method=method,
-        format_valid=pred is not None,
-        canonical_pred=pred,
-        canonical_gold=g,
+        format_valid=format_valid,
+        canonical_pred=pred_parsed.canonical if pred_parsed else None,
+        canonical_gold=gold_parsed.canonical,
         decision_key=key,
+        extraction_reason=reason,
+        gold_text=gold_text,
+        pred_parsed=pred_parsed,
+        gold_parsed=gold_parsed,
     )
 
 
 def decide(prepared: Prepared, *, options: GradeOptions | None = None) -> Verdict:
-    if prepared.extracted is None:
-        status = Status.NO_ANSWER
+    """Compare the prepared answer with the gold and build the verdict.
+
+    With ``options.allow_fallback=False``, an answer found only by a fallback (a
+    "the result is 4" phrase or the last number) is not credited: the verdict is
+    ``no_answer`` (correct=False) with the fallback text kept in `extracted`.
+
+    Args:
+        prepared: output of `prepare`.
+        options: grading options (defaults to `GradeOptions()`).
+
+    Returns:
+        The verdict; never raises (our own bugs become ``status=error``).
+    """
+    opts = options or _DEFAULT_OPTIONS
+    if prepared.internal_error:
+        status, method = Status.ERROR, VerifyMethod.NONE
+        reason = f"internal error: {prepared.internal_error}"
     else:
-        status = Status.CORRECT if prepared.extracted == prepared.canonical_gold else Status.WRONG
+        status, method, reason = decide_parsed(
+            pred=prepared.pred_parsed,
+            gold=prepared.gold_parsed,
+            fallback=prepared.extraction_method in _FALLBACK_METHODS,
+            extraction_reason=prepared.extraction_reason,
+            options=opts,
+        )
     return Verdict(
         correct=status is Status.CORRECT,
         status=status,
@@ -79,15 +154,52 @@ def decide(prepared: Prepared, *, options: GradeOptions | None = None) -> Verdic
         extraction_method=prepared.extraction_method,
         canonical_pred=prepared.canonical_pred,
         canonical_gold=prepared.canonical_gold,
-        verify_method=VerifyMethod.EXACT,
-        reason="placeholder",
+        verify_method=method,
+        reason=reason,
         grader_version=GRADER_VERSION,
     )
 
 
 def grade(response: str, gold: str, *, options: GradeOptions | None = None) -> Verdict:
+    """Grade a model's whole response against a gold answer.
+
+    Deterministic, thread-safe and bounded: it never raises for str inputs, and
+    oversized or pathological answers come back as ``unsupported`` in milliseconds.
+
+    Args:
+        response: the model's response (free text with a final answer somewhere).
+        gold: the gold answer.
+        options: grading options (defaults to `GradeOptions()`).
+
+    Returns:
+        The verdict.
+
+    Example:
+        >>> v = grade("So the answer is $\\\\boxed{\\\\frac{1}{2}}$.", "0.5")
+        >>> (v.correct, v.status.value, v.verify_method.value, v.format_valid)
+        (True, 'correct', 'numeric', True)
+    """
     return decide(prepare(response, gold, options=options), options=options)
 
 
-def grade_answer(answer: str, gold: str, *, options: GradeOptions | None = None) -> Verdict:
-    return grade(f"\\boxed{{{answer}}}", gold, options=options)
+def grade_answer(
+    answer: str, gold: str, *, options: GradeOptions | None = None
+) -> Verdict:
+    """Grade an already-extracted answer (no extraction; treated as a boxed answer).
+
+    Args:
+        answer: the final answer text (for example ``"\\\\frac{1}{2}"``).
+        gold: the gold answer.
+        options: grading options (defaults to `GradeOptions()`).
+
+    Returns:
+        The verdict; an empty answer is ``no_answer``.
+    """
+    text = answer.strip()
+    reason = "" if text else "empty answer"
+    method = ExtractionMethod.BOXED if text else ExtractionMethod.NONE
+    try:
+        prepared = _prepared(text or None, method, bool(text), reason, gold)
+    except Exception as exc:  # a grader bug becomes an `error` verdict, never a crash
+        prepared = _broken(exc)
+    return decide(prepared, options=options)

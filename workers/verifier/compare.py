@@ -1,0 +1,272 @@
+"""Compare a predicted answer tree with a gold one: exact, numeric, structure, SymPy.
+
+Cheapest first: identical canonical renderings, then exact rational arithmetic, then
+structures element by element, and SymPy (imported lazily) only for what is left.
+
+Policies:
+    Percent: a value written with ``%`` has two readings, its value (``25%`` = 1/4) and
+    the number before the sign (a "what percent" question answered "25"). A side with
+    ``%`` matches the other side under either reading, so ``25%`` matches gold ``25``,
+    ``0.25`` and ``1/4``, and ``25`` or ``0.25`` match gold ``25%``. Without a ``%``
+    on either side, ``25`` and ``0.25`` are different numbers.
+    Rounded decimals: see `workers.verifier.rounding`.
+    Labels: ``x = 5`` answers gold ``5`` (and gold ``x = 5`` accepts ``5``) only when
+    the left side names a quantity; ``3 = 3`` is a relation and matches no value.
+    Collections: tuples are ordered; sets and bare comma lists are unordered and ignore
+    repeats; ``(a, b)`` is a point or an open interval, never ``[a, b]``.
+    Choices and text: one capital letter is a choice (``B`` = ``(B)`` = ``\text{(B)}``);
+    text answers compare case-insensitively word by word.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from workers.models import VerifyMethod
+from workers.verifier.nodes import Node, render
+from workers.verifier.outcome import Outcome
+from workers.verifier.rounding import rounded_match
+from workers.verifier.structures import (
+    as_interval,
+    expand_pm,
+    is_choice,
+    matrix_value,
+    strip_label,
+    unordered,
+)
+from workers.verifier.values import exact_value
+
+__all__ = ["Outcome", "compare"]
+
+_ORDERED = frozenset({"pair", "tuple"})
+_UNORDERED = frozenset({"set", "list"})
+_INTERVALS = frozenset({"interval", "union"})
+
+
+def compare(
+    pred: Node,
+    gold: Node,
+    *,
+    rel_tol: float,
+    keys: tuple[str, str] | None = None,
+) -> Outcome:
+    """Decide whether `pred` answers `gold`.
+
+    Args:
+        pred: the predicted answer tree.
+        gold: the gold answer tree.
+        rel_tol: relative tolerance for a rounded decimal against an exact value.
+        keys: the canonical renderings of (pred, gold) when already known.
+
+    Returns:
+        The outcome; ``same=None`` means we cannot decide (reported as unsupported).
+
+    Raises:
+        Refused: a bound was hit while deciding.
+    """
+    same = keys[0] == keys[1] if keys is not None else render(pred) == render(gold)
+    if same:
+        return Outcome(True, VerifyMethod.EXACT, "identical canonical form")
+    comparer = _Comparer(rel_tol)
+    if _is_plain_number(pred) and _is_plain_number(gold):
+        return comparer.scalar(pred, gold)
+    return comparer.run(pred, gold)
+
+
+class _Comparer:
+    def __init__(self, rel_tol: float) -> None:
+        self.rel_tol = rel_tol
+
+    def run(self, pred: Node, gold: Node) -> Outcome:
+        pred, gold = _unwrap_membership(pred), _unwrap_membership(gold)
+        if not _has_relation(gold):
+            pred = strip_label(pred)
+        if not _has_relation(pred):
+            gold = strip_label(gold)
+        return self.any_form(pred, gold)
+
+    def any_form(self, pred: Node, gold: Node) -> Outcome:
+        """Try the alternative readings of percent and ± before comparing."""
+        pred_forms, gold_forms = _readings(pred), _readings(gold)
+        last = Outcome(False, VerifyMethod.NONE)
+        for p in pred_forms:
+            for g in gold_forms:
+                out = self.node(p, g)
+                if out.same:
+                    return out
+                if last.same is False:
+                    last = out
+        return last
+
+    def node(self, pred: Node, gold: Node) -> Outcome:
+        if render(pred) == render(gold):
+            return Outcome(True, VerifyMethod.EXACT)
+        if gold.kind == "text" or pred.kind == "text":
+            return Outcome(False, VerifyMethod.TEXT, "text answers differ")
+        if is_choice(gold) or is_choice(pred):
+            return Outcome(False, VerifyMethod.CHOICE, "different choice")
+        if gold.kind == "rel" or pred.kind == "rel":
+            return self.relation(pred, gold)
+        if gold.kind == "based" or pred.kind == "based":
+            return _based(pred, gold)
+        if _is_structure(gold) or _is_structure(pred):
+            return self.structure(pred, gold)
+        return self.scalar(pred, gold)
+
+    # -- structures -------------------------------------------------------------
+    def structure(self, pred: Node, gold: Node) -> Outcome:
+        if gold.kind == "ratio" or pred.kind == "ratio":
+            if gold.kind != pred.kind:
+                return Outcome(
+                    False, VerifyMethod.STRUCTURAL, "ratio against non-ratio"
+                )
+            return self.ordered(pred.kids, gold.kids)
+        if gold.kind in _INTERVALS or pred.kind in _INTERVALS:
+            return self.intervals(pred, gold)
+        p_mat, g_mat = matrix_value(pred), matrix_value(gold)
+        if p_mat is not None and g_mat is not None:
+            return self.matrix(p_mat, g_mat)
+        if gold.kind == "matrix" or pred.kind == "matrix":
+            return self.matrix(pred, gold)
+        if gold.kind in _ORDERED and pred.kind in _ORDERED | _UNORDERED:
+            return self.ordered(pred.kids, gold.kids)
+        if gold.kind in _UNORDERED and pred.kind in _ORDERED | _UNORDERED:
+            return self.unordered(pred.kids, gold.kids)
+        return Outcome(False, VerifyMethod.STRUCTURAL, "different kinds of answer")
+
+    def ordered(self, pred: tuple[Node, ...], gold: tuple[Node, ...]) -> Outcome:
+        if len(pred) != len(gold):
+            return Outcome(False, VerifyMethod.STRUCTURAL, "different number of parts")
+        undecided = False
+        for p, g in zip(pred, gold, strict=True):
+            out = self.any_form(p, g)
+            if out.same is False:
+                return Outcome(False, VerifyMethod.STRUCTURAL, "a part differs")
+            undecided = undecided or out.same is None
+        return Outcome(None if undecided else True, VerifyMethod.STRUCTURAL)
+
+    def unordered(self, pred: tuple[Node, ...], gold: tuple[Node, ...]) -> Outcome:
+        same = unordered(pred, gold, lambda p, g: self.any_form(p, g).same)
+        return Outcome(same, VerifyMethod.STRUCTURAL, "" if same else "parts differ")
+
+    def intervals(self, pred: Node, gold: Node) -> Outcome:
+        p_parts, g_parts = as_interval(pred), as_interval(gold)
+        if p_parts is None or g_parts is None:
+            return Outcome(
+                False, VerifyMethod.STRUCTURAL, "interval against non-interval"
+            )
+
+        def same_interval(p: Node, g: Node) -> bool | None:
+            if p.text != g.text:
+                return False
+            return self.ordered(p.kids, g.kids).same
+
+        same = unordered(p_parts, g_parts, same_interval)
+        return Outcome(
+            same, VerifyMethod.STRUCTURAL, "" if same else "intervals differ"
+        )
+
+    def matrix(self, pred: Node, gold: Node) -> Outcome:
+        p_rows = _matrix_rows(pred)
+        g_rows = _matrix_rows(gold)
+        if p_rows is None or g_rows is None or len(p_rows) != len(g_rows):
+            return Outcome(False, VerifyMethod.STRUCTURAL, "shapes differ")
+        if any(len(a) != len(b) for a, b in zip(p_rows, g_rows, strict=True)):
+            return Outcome(False, VerifyMethod.STRUCTURAL, "shapes differ")
+        flat_p = tuple(c for row in p_rows for c in row)
+        flat_g = tuple(c for row in g_rows for c in row)
+        return self.ordered(flat_p, flat_g)
+
+    # -- relations --------------------------------------------------------------
+    def relation(self, pred: Node, gold: Node) -> Outcome:
+        from workers.verifier.relations import compare_relations
+
+        if pred.kind != "rel" or gold.kind != "rel":
+            if _is_interval_like(pred) or _is_interval_like(gold):
+                return self.intervals(pred, gold)
+            return Outcome(False, VerifyMethod.STRUCTURAL, "relation against value")
+        return compare_relations(pred, gold, self.any_form)
+
+    # -- scalars ----------------------------------------------------------------
+    def scalar(self, pred: Node, gold: Node) -> Outcome:
+        p_val, g_val = exact_value(pred), exact_value(gold)
+        if p_val is not None and g_val is not None:
+            if p_val == g_val:
+                return Outcome(True, VerifyMethod.NUMERIC, "equal exact values")
+            return self.rounded(pred, gold, p_val, g_val)
+        if pred.kind == "sym" and gold.kind == "sym":
+            return Outcome(False, VerifyMethod.EXACT, "different symbols")
+        rounded = self.rounded(pred, gold, p_val, g_val)
+        if rounded.same:
+            return rounded
+        from workers.verifier.symbolic import equal
+
+        return Outcome(equal(pred, gold), VerifyMethod.SYMBOLIC)
+
+    def rounded(
+        self, pred: Node, gold: Node, p_val: Fraction | None, g_val: Fraction | None
+    ) -> Outcome:
+        same = rounded_match(pred, gold, p_val, g_val, rel_tol=self.rel_tol)
+        reason = "rounded decimal within policy" if same else "different values"
+        return Outcome(same, VerifyMethod.NUMERIC, reason)
+
+
+def _has_relation(node: Node) -> bool:
+    """A relation, or a list holding one: labels there are part of the answer."""
+    if node.kind == "list":
+        return any(k.kind == "rel" for k in node.kids)
+    return node.kind == "rel"
+
+
+def _is_plain_number(node: Node) -> bool:
+    """A literal, a negated literal or a quotient of literals (the common answers)."""
+    if node.kind == "neg":
+        node = node.kids[0]
+    if node.kind == "div":
+        return all(k.kind == "num" for k in node.kids)
+    return node.kind == "num"
+
+
+def _readings(node: Node) -> list[Node]:
+    if node.kind == "pct":
+        return [node, node.kids[0]]
+    expanded = expand_pm(node)
+    return [node] if expanded is None else [expanded]
+
+
+def _unwrap_membership(node: Node) -> Node:
+    if node.kind == "rel" and node.text == "in" and len(node.kids) == 2:
+        return node.kids[1]
+    return node
+
+
+def _is_structure(node: Node) -> bool:
+    if node.kind in _ORDERED | _UNORDERED | _INTERVALS | {"matrix", "ratio"}:
+        return True
+    return node.kind in {"add", "mul"} and any(k.kind == "matrix" for k in node.kids)
+
+
+def _is_interval_like(node: Node) -> bool:
+    return node.kind in _INTERVALS or node.kind == "pair"
+
+
+def _matrix_rows(node: Node) -> list[tuple[Node, ...]] | None:
+    if node.kind == "matrix":
+        rows = [r.kids for r in node.kids]
+        if all(len(r) == 1 for r in rows) and len(rows) > 1:
+            return [tuple(r[0] for r in rows)]
+        return rows
+    if node.kind in _ORDERED:
+        return [node.kids]
+    return None
+
+
+def _based(pred: Node, gold: Node) -> Outcome:
+    def digits(node: Node) -> tuple[str, str]:
+        if node.kind == "based":
+            return render(node.kids[0]), render(node.kids[1])
+        return render(node), ""
+
+    (p_digits, p_base), (g_digits, g_base) = digits(pred), digits(gold)
+    same = p_digits == g_digits and (not p_base or not g_base or p_base == g_base)
+    return Outcome(same, VerifyMethod.EXACT, "" if same else "different numeral")

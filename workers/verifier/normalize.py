@@ -1,0 +1,151 @@
+"""String-level clean-up of an extracted answer: unicode, LaTeX wrappers, commas.
+
+The output is still text; `parse.py` turns it into whitelisted tokens and a tree.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from fractions import Fraction
+
+__all__ = ["normalize"]
+
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻ⁿ", "0123456789+-n")
+_RE_SUPER = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻ⁿ]+")
+
+# Unicode look-alikes mapped to the LaTeX the parser knows (applied after NFKC).
+_UNICODE = {
+    "−": "-",
+    "–": "-",
+    "—": "-",
+    "×": r"\times ",
+    "·": r"\cdot ",
+    "⋅": r"\cdot ",
+    "÷": "/",
+    "√": r"\sqrt ",
+    "π": r"\pi ",
+    "∞": r"\infty ",
+    "≤": r"\le ",
+    "≥": r"\ge ",
+    "≠": r"\ne ",
+    "≈": r"\approx ",
+    "°": r"^\circ ",
+    "∪": r"\cup ",
+    "±": r"\pm ",
+    "∈": r"\in ",
+    "€": "",
+    "£": "",
+    "\u00a0": " ",
+}
+_RE_ROOT_DIGITS = re.compile(r"√(\d+(?:\.\d+)?)")  # √19 is √(19), unlike \sqrt19
+_RE_UNICODE = re.compile("|".join(map(re.escape, _UNICODE)))
+
+# Pure layout: removed outright.
+_RE_LAYOUT = re.compile(
+    r"\\left\.|\\right\.|\\left|\\right|\\[bB]igg?[lr]?|\\displaystyle|\\limits"
+    r"|\\q?quad|\\[,!;:> ]|~|\\\(|\\\)|\\\[|\\\]|\$|\\\$|\\!"
+)
+_RE_FRAC = re.compile(r"\\[dtc]frac")
+_RE_BINOM = re.compile(r"\\[dt]binom")
+_RE_WRAPPER = re.compile(
+    r"\\(?:text(?:normal|rm|bf|it|up)?|mbox|mathrm|mathbf|mathit|mathsf|textsf|boldsymbol"
+    r"|operatorname\*?|hbox|emph)\s*(?=\{)"
+)
+_RE_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\^\s*\{\s*o\s*\}")
+_RE_GROUP_COMMA = re.compile(r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d{3})")
+_RE_SPACED_COMMA = re.compile(r"(?<=\d),\\[!,]\s*(?=\d{3})")
+_RE_THIN_SPACE = re.compile(r"(?<=\d)\\[,!;:]\s*(?=\d{3})")
+_RE_REPEATING = re.compile(r"(\d*)\.(\d*)\\overline\s*\{?(\d{1,20})\}?")
+_RE_SPACE_THOUSANDS = re.compile(r"-?\d{1,3}(?: \d{3})+(?:\.\d+)?")
+_RE_COMMA_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+_RE_SPACES = re.compile(r"\s+")
+_RE_LEADING_REL = re.compile(r"^(?:=|\\approx|:)\s*")  # "= 5", "\approx 3.14"
+# Doubled backslashes before a command (``\\\\left(``) come from over-escaped strings.
+_RE_DOUBLED = re.compile(
+    r"\\\\(?=(?:left|right|frac|dfrac|tfrac|sqrt|le|leq|ge|geq|ne|neq|text|pi|infty"
+    r"|cdot|times|boxed|in|cup|pm)(?![a-z]))"
+)
+# Control characters that over-unescaped strings leave behind (``"\frac"`` in Python).
+_CONTROL = {"\x0c": "\\f", "\x08": "\\b", "\x07": "\\a", "\x0b": "\\v"}
+
+
+def normalize(text: str) -> str:
+    """Rewrite an answer into the restricted LaTeX subset the parser reads.
+
+    Handles unicode (superscripts, full-width digits, math symbols), spacing and
+    sizing macros, ``\\dfrac``-style variants, text wrappers, degrees, currency,
+    repeating decimals and thousands separators (only outside brackets, so
+    ``(0,1)`` stays a pair).
+
+    Args:
+        text: an extracted answer (already length-bounded by the caller).
+
+    Returns:
+        The normalized text; may be empty.
+    """
+    s = text
+    for bad, fixed in _CONTROL.items():
+        s = s.replace(bad, fixed)
+    s = _RE_DOUBLED.sub(r"\\", s)
+    s = _RE_SUPER.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", s)
+    s = unicodedata.normalize("NFKC", s)
+    s = _RE_ROOT_DIGITS.sub(r"\\sqrt{\1}", s)
+    s = _RE_UNICODE.sub(lambda m: _UNICODE[m.group(0)], s)
+    s = _RE_GROUP_COMMA.sub("", s)
+    s = _RE_SPACED_COMMA.sub("", s)
+    s = _RE_THIN_SPACE.sub("", s)
+    s = _RE_DEGREE.sub(" ", s)
+    s = s.replace("\\\\", "\x03").replace(r"\%", "%")
+    s = s.replace(r"\{", "\x01").replace(r"\}", "\x02")
+    s = _RE_LAYOUT.sub(" ", s)
+    s = s.replace("\x01", r"\{").replace("\x02", r"\}").replace("\x03", " \\\\ ")
+    s = _RE_FRAC.sub(r"\\frac", s)
+    s = _RE_BINOM.sub(r"\\binom", s)
+    s = _RE_WRAPPER.sub("", s)
+    s = _RE_REPEATING.sub(_repeating, s)
+    s = _RE_SPACES.sub(" ", s).strip()
+    s = _RE_LEADING_REL.sub("", s.rstrip(" .,;"))
+    if _RE_SPACE_THOUSANDS.fullmatch(s):
+        s = s.replace(" ", "")
+    return _merge_thousands(s)
+
+
+def _repeating(match: re.Match[str]) -> str:
+    whole, fixed, period = match.group(1), match.group(2), match.group(3)
+    base = Fraction(int(whole or "0")) + (
+        Fraction(int(fixed), 10 ** len(fixed)) if fixed else Fraction(0)
+    )
+    rep = Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+    value = base + rep
+    return rf"{{\frac{{{value.numerator}}}{{{value.denominator}}}}}"
+
+
+def _merge_thousands(s: str) -> str:
+    """Drop ``1,234``-style separators that sit outside every bracket."""
+    if "," not in s:
+        return s
+    return _merge_outside(s)
+
+
+def _merge_outside(s: str) -> str:
+    pieces: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(s):
+        if ch in "([{":
+            if depth == 0:
+                pieces.append(_RE_COMMA_THOUSANDS.sub(_drop_commas, s[start:i]))
+                start = i
+            depth += 1
+        elif ch in ")]}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                pieces.append(s[start : i + 1])
+                start = i + 1
+    tail = s[start:]
+    pieces.append(tail if depth else _RE_COMMA_THOUSANDS.sub(_drop_commas, tail))
+    return "".join(pieces)
+
+
+def _drop_commas(match: re.Match[str]) -> str:
+    return match.group(0).replace(",", "")

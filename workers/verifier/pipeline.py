@@ -1,0 +1,126 @@
+"""From answer text to a parsed answer: bounds, normalization, parsing, gold cache.
+
+Bounds are checked before any work: length, bracket nesting, then (in the parser and
+the exact evaluator) token counts, digits, exponents and magnitudes.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from workers.verifier.extract import extract_gold
+from workers.verifier.nodes import Node, Refused, num, render
+from workers.verifier.normalize import normalize
+from workers.verifier.parse import parse_text
+from workers.verifier.values import exact_value
+
+__all__ = ["MAX_ANSWER_CHARS", "MAX_NESTING", "Parsed", "parse_answer", "parse_gold"]
+
+MAX_ANSWER_CHARS = 1_000
+MAX_NESTING = 40
+GOLD_CACHE_SIZE = 8_192
+MAX_CACHED_GOLD_CHARS = 10_000
+_RE_PLAIN_INT = re.compile(r"-?\d{1,30}")
+_RE_PLAIN_DEC = re.compile(r"-?\d{0,30}\.\d{1,30}")
+_RE_PLAIN_FRAC = re.compile(r"(-?\d{1,30})/(\d{1,30})")
+_RE_LATEX_FRAC = re.compile(r"(-?)\\[dt]?frac\{(\d{1,30})\}\{(\d{1,30})\}")
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A parsed answer: the tree and its canonical rendering, or why it was refused."""
+
+    node: Node | None
+    canonical: str | None
+    error: str = ""
+
+
+def parse_answer(text: str) -> Parsed:
+    """Parse one extracted answer, never raising.
+
+    Args:
+        text: the extracted answer.
+
+    Returns:
+        A `Parsed` with a tree, or with `error` set when the answer is outside what
+        we decide (too long, too deep, unknown syntax, too large to evaluate).
+    """
+    fast = _fast_number(text)
+    if fast is not None:
+        return Parsed(fast, render(fast))
+    try:
+        _check_size(text)
+        node = parse_text(normalize(text))
+        exact_value(node)  # bounds every power, factorial and magnitude up front
+    except Refused as exc:
+        return Parsed(None, None, str(exc))
+    except RecursionError:
+        return Parsed(None, None, "nesting too deep")
+    return Parsed(node, render(node))
+
+
+def parse_gold(gold: str) -> tuple[str | None, Parsed]:
+    """Extract and parse a gold answer, cached: one gold meets many samples in RL.
+
+    Golds longer than `MAX_CACHED_GOLD_CHARS` are parsed without caching, so the cache
+    holds at most about 80 MB however hostile the golds are.
+
+    Args:
+        gold: the gold as given (bare answer, LaTeX, worked solution, ``#### 18``).
+
+    Returns:
+        The extracted gold text (None if unreadable) and its parse.
+    """
+    if len(gold) > MAX_CACHED_GOLD_CHARS:
+        return _parse_gold(gold)
+    return _parse_gold_cached(gold)
+
+
+def _parse_gold(gold: str) -> tuple[str | None, Parsed]:
+    text = extract_gold(gold)
+    if text is None or not text.strip():
+        return None, Parsed(None, None, "no answer in gold")
+    return text, parse_answer(text)
+
+
+_parse_gold_cached = functools.lru_cache(maxsize=GOLD_CACHE_SIZE)(_parse_gold)
+
+
+def _fast_number(text: str) -> Node | None:
+    s = text.strip()
+    if _RE_PLAIN_INT.fullmatch(s):
+        value = int(s)
+        return Node("neg", (num(-value),)) if s.startswith("-") else num(value)
+    if _RE_PLAIN_DEC.fullmatch(s):
+        neg = s.startswith("-")
+        body = s.lstrip("-")
+        literal = ("0" + body if body.startswith(".") else body).rstrip(".")
+        node = num(Fraction(literal), literal)
+        return Node("neg", (node,)) if neg else node
+    match = _RE_PLAIN_FRAC.fullmatch(s)
+    if match:
+        top, bottom = int(match.group(1)), int(match.group(2))
+        node = Node("div", (num(abs(top)), num(bottom)))
+        return Node("neg", (node,)) if match.group(1).startswith("-") else node
+    match = _RE_LATEX_FRAC.fullmatch(s)
+    if match:
+        node = Node("div", (num(int(match.group(2))), num(int(match.group(3)))))
+        return Node("neg", (node,)) if match.group(1) else node
+    return None
+
+
+def _check_size(text: str) -> None:
+    if len(text) > MAX_ANSWER_CHARS:
+        raise Refused(f"answer longer than {MAX_ANSWER_CHARS} characters")
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    if deepest > MAX_NESTING:
+        raise Refused(f"nesting deeper than {MAX_NESTING}")

@@ -1,0 +1,257 @@
+"""Answers written in prose: answer lines, "the answer is" phrases, and unmarked
+fallbacks (a closing math span, a bare answer, the last number).
+
+All scans are linear: lines are read from the end, phrases found with `str.rfind`,
+and the few regexes are anchored or have no nested quantifiers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from workers.verifier.spans import clean, is_alnum_at, is_letter_at
+
+__all__ = [
+    "MAX_BARE_ANSWER_CHARS",
+    "UNMARKED_FINDERS",
+    "answer_line",
+    "bare_answer",
+    "closing_math",
+    "last_number",
+    "phrase_answer",
+]
+
+# Longest "the answer is ..." tail kept (a sentence, not a paragraph).
+MAX_PHRASE_CHARS = 200
+# At most this much text, with no digits, may follow a closing math span.
+MAX_CLOSING_TAIL_CHARS = 60
+# Tries to find a last number not glued to a word (`H2O`) before giving up.
+MAX_NUMBER_TRIES = 20
+# Escaped dollars (`\$5`) skipped while looking for a math span's `$`.
+MAX_ESCAPED_DOLLARS = 100
+# Lines mentioning "answer" examined from the end before giving up.
+MAX_ANSWER_LINES = 1_000
+# A response this short with no words in it is taken whole as its answer.
+MAX_BARE_ANSWER_CHARS = 100
+
+_ANSWER_LINE = re.compile(
+    r"[\s>*#_]*(?:final\s+answer|answer)[\s*_]*[:：](?P<rest>.*)",
+    re.IGNORECASE | re.DOTALL,
+)
+_ANSWER_HEADING = re.compile(r"[\s>*#_]*final\s+answer[\s*_:：]*", re.IGNORECASE)
+_GSM8K_LINE = re.compile(r"[ \t]*A[ \t]*:[ \t]*(?P<rest>.+)", re.DOTALL)
+_NEXT_LINE = re.compile(r"\s*(\S[^\n]*)")
+# Letter runs allowed in a bare answer; any other run of two or more letters that is
+# not a LaTeX command (`\\frac`) marks the text as prose.
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+_BARE_WORDS = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi"})
+_PHRASES = ("final answer is", "answer is", "result is")
+_MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
+_NUMBER_CHARS = "0123456789.,/"
+_DIGITS = "0123456789"
+
+
+def answer_line(text: str, *, allow_gsm8k: bool) -> tuple[str, int] | None:
+    """The answer on the last `Answer: x` line (or a final GSM8K `A: x` line).
+
+    Returns the answer and the offset where its marker's line starts. Candidate
+    lines are found with `str.rfind` from the end, at most `MAX_ANSWER_LINES`.
+    """
+    if allow_gsm8k:
+        found = _gsm8k_last_line(text)
+        if found is not None:
+            return found
+    end = len(text)
+    for _ in range(MAX_ANSWER_LINES):
+        pos = max(text.rfind("nswer", 0, end), text.rfind("NSWER", 0, end))
+        if pos < 0:
+            return None
+        line_start = text.rfind("\n", 0, pos) + 1
+        line_end = text.find("\n", pos)
+        line = text[line_start : len(text) if line_end < 0 else line_end]
+        answer = _read_answer_line(text, line, line_start + len(line))
+        if answer is not None:
+            return answer, line_start
+        inline, offset = _inline_final_answer(line, line_start)
+        if inline is not None:
+            return inline, offset
+        end = line_start
+    return None
+
+
+def _gsm8k_last_line(text: str) -> tuple[str, int] | None:
+    """`A: 18` as the last non-empty line (GSM8K's example solutions)."""
+    body = text.rstrip()
+    start = body.rfind("\n") + 1
+    match = _GSM8K_LINE.match(body, start)
+    if match is None:
+        return None
+    answer = clean(match.group("rest"))
+    return None if answer is None else (answer, start)
+
+
+def _inline_final_answer(line: str, line_start: int) -> tuple[str | None, int]:
+    """`... so it is 10,455. Final Answer: The final answer is $10,455$.` in a line.
+
+    Only the distinctive `Final Answer:` counts mid-line; returns its offset.
+    """
+    pos = line.lower().rfind("final answer:")
+    if pos < 0:
+        return None, line_start
+    rest = line[pos + len("final answer:") :].strip(" *_")
+    return _line_content(rest), line_start + pos
+
+
+def _read_answer_line(text: str, line: str, line_end: int) -> str | None:
+    """`Answer: x`, or a heading (`Answer:`, `## Final Answer`) over the answer."""
+    rest: str | None = None
+    match = _ANSWER_LINE.match(line)
+    if match is not None:
+        rest = match.group("rest")
+    elif _ANSWER_HEADING.fullmatch(line) is None:
+        return None
+    if not rest or not rest.strip(" *_"):
+        following = _NEXT_LINE.match(text, line_end)
+        if following is None:
+            return None
+        rest = following.group(1)
+    return _line_content(rest.strip(" *_"))
+
+
+def _line_content(rest: str) -> str | None:
+    """The answer in an answer line's text: the answer itself, or read from prose.
+
+    Prose (words outside math) is read as: "... is X" gives X (`The volume of
+    $V$ is 120.`); plain prose with exactly one number gives it (`Jane started
+    3 hours ago.`). Anything else is kept whole.
+    """
+    phrase = phrase_answer(rest)
+    if phrase is not None:
+        return phrase
+    answer = clean(rest)
+    if answer is None:
+        return None
+    sentence = answer.split(". ", 1)[0]
+    outside_math = " ".join(sentence.split("$")[::2])
+    words = (match.group() for match in _PROSE_WORD.finditer(outside_math))
+    if all(word in _BARE_WORDS for word in words):
+        return answer
+    verb = sentence.rfind(" is ")
+    if verb >= 0:
+        return clean(sentence[verb + len(" is ") :]) or answer
+    if "\\" in sentence or "$" in sentence:
+        return answer
+    numbers = _NUMBER.findall(sentence)
+    return clean(numbers[0]) if len(numbers) == 1 else answer
+
+
+def phrase_answer(text: str) -> str | None:
+    """The answer after the last "the final answer is" / "answer is" / "result is"."""
+    lowered = text.lower()
+    best, best_len = -1, 0
+    for phrase in _PHRASES:
+        pos = lowered.rfind(phrase)
+        if pos > best:
+            best, best_len = pos, len(phrase)
+    if best < 0:
+        return None
+    tail = text[best + best_len : best + best_len + MAX_PHRASE_CHARS].lstrip(" :\t")
+    return clean(_first_sentence(tail))
+
+
+def _first_sentence(tail: str) -> str:
+    """Cut the tail at a math span's end, a newline, or a sentence-ending period."""
+    for opener, closer in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if tail.startswith(opener):
+            end = tail.find(closer, len(opener))
+            if end >= 0:
+                return tail[: end + len(closer)]
+    depth = 0
+    for index, char in enumerate(tail):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "\n" or (
+            depth <= 0 and char in ".,;" and tail[index + 1 : index + 2] in (" ", "")
+        ):
+            return tail[:index]
+    return tail
+
+
+def closing_math(text: str) -> str | None:
+    """The last math span, when at most a few words without numbers follow it.
+
+    `... so $x = 5$.` and `Therefore $x \\geq 5$ is the solution.` both qualify.
+    """
+    best = (-1, -1, -1)  # content start, content end, span end
+    for opener, closer in _MATH_SPANS:
+        close = _rfind_unescaped(text, closer, len(text))
+        open_ = _rfind_unescaped(text, opener, close) if close > 0 else -1
+        if open_ >= 0 and close + len(closer) > best[2]:
+            best = (open_ + len(opener), close, close + len(closer))
+    if best[2] < 0 or len(text) - best[2] > 4 * MAX_CLOSING_TAIL_CHARS:
+        return None
+    tail = text[best[2] :].strip()
+    if len(tail) > MAX_CLOSING_TAIL_CHARS or any(char.isdigit() for char in tail):
+        return None
+    return clean(text[best[0] : best[1]])
+
+
+def _rfind_unescaped(text: str, token: str, end: int) -> int:
+    """Last `token` starting before `end`, skipping `\\$` (an escaped dollar)."""
+    pos = text.rfind(token, 0, end)
+    for _ in range(MAX_ESCAPED_DOLLARS):
+        if token != "$" or pos <= 0 or text[pos - 1] != "\\":
+            return pos
+        pos = text.rfind(token, 0, pos)
+    return -1
+
+
+def bare_answer(text: str) -> str | None:
+    """The whole text when it is one short line with no words (`x+1`, `(1, 3)`)."""
+    body = text.strip()
+    if len(body) > MAX_BARE_ANSWER_CHARS or "\n" in body:
+        return None
+    if "boxed" in body or "fbox" in body:
+        return None
+    words = (match.group() for match in _PROSE_WORD.finditer(body))
+    if any(word not in _BARE_WORDS for word in words):
+        return None
+    return clean(body)
+
+
+def last_number(text: str) -> str | None:
+    """The last number not glued to a word (digits, point, thousands commas, a/b)."""
+    end = len(text)
+    for _ in range(MAX_NUMBER_TRIES):
+        last = max(text.rfind(digit, 0, end) for digit in _DIGITS)
+        if last < 0:
+            return None
+        head = text[: last + 1]
+        start = len(head.rstrip(_NUMBER_CHARS))
+        if not is_letter_at(text, start - 1):
+            return _number_token(text, start, head[start:])
+        end = start  # `H2O`, `AZYUK2A`: part of a word, look further back
+    return None
+
+
+def _number_token(text: str, start: int, token: str) -> str | None:
+    token = token.lstrip(",/")
+    if token.startswith(".") and not token[1:2].isdigit():
+        token = token.lstrip(".")
+    if token.count("/") > 1:
+        token = token.rsplit("/", 1)[1]
+    sign = ""
+    if start > 0 and text[start - 1] in "-−" and not is_alnum_at(text, start - 2):
+        sign = "-"
+    return clean(sign + token)
+
+
+UNMARKED_FINDERS: tuple[tuple[Callable[[str], str | None], str], ...] = (
+    (closing_math, "closing math span"),
+    (bare_answer, "bare answer"),
+    (last_number, "last number"),
+)

@@ -1,0 +1,85 @@
+"""The rounded-decimal policy: when a written decimal counts as an exact value.
+
+Policy: let one side be a written decimal D with d >= 1 digits after the point and the
+other side an exact value X that has no finite decimal expansion (1/3, sqrt(2), pi; if X
+terminates, like 1/8 = 0.125, D must equal it exactly). D matches X when it shows at
+least 2 significant digits and |D - X| <= 0.5 * 10**-d (X correctly rounded to the
+digits shown), or when
+|D - X| <= rel_tol * |X|. Two written decimals must be equal exactly. All arithmetic is
+exact (Fraction); irrational X is evaluated to 60 significant digits.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from workers.verifier.nodes import Node
+from workers.verifier.values import decimal_places
+
+__all__ = ["rounded_match"]
+
+_EVAL_DIGITS = 60
+MIN_SIGNIFICANT = 2
+
+
+def rounded_match(
+    pred: Node,
+    gold: Node,
+    p_val: Fraction | None,
+    g_val: Fraction | None,
+    *,
+    rel_tol: float,
+) -> bool:
+    """Apply the rounded-decimal policy (see the module docstring).
+
+    Args:
+        pred: predicted tree.
+        gold: gold tree.
+        p_val: exact value of `pred` if rational.
+        g_val: exact value of `gold` if rational.
+        rel_tol: relative tolerance from `GradeOptions`.
+
+    Returns:
+        True when one side is a decimal rounding of the other under the policy.
+    """
+    p_places, g_places = decimal_places(pred), decimal_places(gold)
+    if (p_places is None) == (g_places is None):
+        return False
+    if p_places is not None:
+        places, shown, other, other_val = p_places, p_val, gold, g_val
+    else:
+        places, shown, other, other_val = g_places or 0, g_val, pred, p_val
+    if shown is None:
+        return False
+    exact = other_val if other_val is not None else _evaluate(other)
+    if exact is None:
+        return False
+    if other_val is not None and _terminates(other_val):
+        return False
+    error = abs(shown - exact)
+    written = pred if p_places is not None else gold
+    if _significant_digits(written) >= MIN_SIGNIFICANT and error * 2 * 10**places <= 1:
+        return True
+    return error <= Fraction(rel_tol) * abs(exact)
+
+
+def _evaluate(node: Node) -> Fraction | None:
+    from workers.verifier.symbolic import value_digits
+
+    return value_digits(node, _EVAL_DIGITS)
+
+
+def _significant_digits(node: Node) -> int:
+    while node.kind == "neg":
+        node = node.kids[0]
+    digits = node.text.replace(".", "").lstrip("0")
+    return len(digits)
+
+
+def _terminates(value: Fraction) -> bool:
+    """Whether `value` has a finite decimal expansion (denominator 2^a 5^b)."""
+    den = value.denominator
+    for prime in (2, 5):
+        while den % prime == 0:
+            den //= prime
+    return den == 1

@@ -1,0 +1,224 @@
+"""Structural helpers: labels (``x = 5``), ± expansion, intervals, unordered sets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from workers.verifier.nodes import Node, Refused, render
+
+__all__ = [
+    "as_interval",
+    "expand_pm",
+    "is_choice",
+    "is_label",
+    "reduce_chain",
+    "strip_label",
+    "unordered",
+]
+
+MAX_PM = 3
+MAX_PARTS = 64
+_VARIABLE_KINDS = frozenset({"sym", "call"})
+
+
+def is_choice(node: Node) -> bool:
+    """A multiple-choice letter: one capital (``B``, ``(B)``, ``\\text{(B)}``)."""
+    return node.kind == "sym" and len(node.text) == 1 and node.text.isupper()
+
+
+def is_label(node: Node) -> bool:
+    """Whether `node` names a quantity (``x``, ``a_3``, ``f(x)``, ``|AB|``, ``A:B``).
+
+    A label holds no numbers and no sums: ``2x + z`` or ``a^2`` are not labels, so
+    ``2x + z = 1`` is a real equation, not "the answer is 1".
+    """
+    if node.kind in {"sym", "call"}:
+        return node.text not in {"pi", "oo"}
+    if node.kind in {"abs", "ratio", "mul", "div", "pair", "tuple"}:
+        return all(is_label(k) for k in node.kids)
+    return False
+
+
+def strip_label(node: Node) -> Node:
+    """``x = 5`` becomes ``5``; a label chain ``x = 5+5+1 = 11`` keeps its last value.
+
+    A chain is cut at ``\\approx`` (``x = 1/3 \\approx 0.33`` is 1/3). Lists strip
+    item by item. Anything else (``3 = 3``, ``2x + z = 1``) is returned unchanged.
+    """
+    if node.kind == "list":
+        return Node("list", tuple(strip_label(k) for k in node.kids))
+    reduced = reduce_chain(node)
+    if reduced is None:
+        return node
+    return reduced[1]
+
+
+def reduce_chain(node: Node) -> tuple[Node, Node] | None:
+    """(label, value) for a label equation chain, else None."""
+    if node.kind != "rel" or not is_label(node.kids[0]):
+        return None
+    ops = node.text.split(",")
+    if any(op not in {"=", "~"} for op in ops):
+        return None
+    terms = list(node.kids)
+    if "~" in ops:
+        cut = ops.index("~")
+        terms = terms[: cut + 1] if cut > 0 else terms[:2]
+    return terms[0], terms[-1]
+
+
+def expand_pm(node: Node) -> Node | None:
+    """Expand ``a \\pm b`` into the set {a + b, a - b}; sets and lists flatten.
+
+    Returns None when `node` holds no ±.
+
+    Raises:
+        Refused: more than `MAX_PM` ± signs.
+    """
+    if "pm" not in render(node):
+        return None
+    if node.kind in {"set", "list"}:
+        kids: list[Node] = []
+        for kid in node.kids:
+            expanded = expand_pm(kid)
+            kids.extend(expanded.kids if expanded is not None else (kid,))
+        return Node(node.kind, tuple(kids))
+    variants = _variants(node, 0)
+    return Node("set", tuple(variants)) if len(variants) > 1 else None
+
+
+def _variants(node: Node, used: int) -> list[Node]:
+    if node.kind == "pm":
+        if used >= MAX_PM:
+            raise Refused("too many \\pm")
+        right = node.kids[-1]
+        if len(node.kids) == 1:
+            return [right, Node("neg", (right,))]
+        left = node.kids[0]
+        rights = _variants(right, used + 1)
+        plus = [Node("add", (left, r)) for r in rights]
+        return plus + [Node("add", (left, Node("neg", (r,)))) for r in rights]
+    if node.kind not in {"add", "mul", "div", "neg", "pow", "root"}:
+        return [node]
+    out: list[list[Node]] = [[]]
+    for kid in node.kids:
+        out = [[*prefix, v] for prefix in out for v in _variants(kid, used)]
+        if len(out) > 2**MAX_PM:
+            raise Refused("too many \\pm")
+    return [Node(node.kind, tuple(kids), text=node.text) for kids in out]
+
+
+def as_interval(node: Node) -> list[Node] | None:
+    """The intervals a node denotes: interval, ``(a, b)``, union, or inequality."""
+    if node.kind == "interval":
+        return [node]
+    if node.kind == "pair":
+        return [Node("interval", node.kids, text="()")]
+    if node.kind == "union":
+        parts: list[Node] = []
+        for kid in node.kids:
+            sub = as_interval(kid)
+            if sub is None:
+                return None
+            parts.extend(sub)
+        return parts
+    if node.kind == "rel":
+        return _inequality_interval(node)
+    return None
+
+
+def _inequality_interval(node: Node) -> list[Node] | None:
+    ops = node.text.split(",")
+    if any(op not in {"<", "<="} for op in ops):
+        return None
+    inf = Node("sym", text="oo")
+    if len(ops) == 2 and node.kids[1].kind in _VARIABLE_KINDS:
+        lo, hi = node.kids[0], node.kids[2]
+        shape = ("[" if ops[0] == "<=" else "(") + ("]" if ops[1] == "<=" else ")")
+    elif len(ops) == 1 and node.kids[0].kind in _VARIABLE_KINDS:
+        lo, hi = Node("neg", (inf,)), node.kids[1]
+        shape = "(" + ("]" if ops[0] == "<=" else ")")
+    elif len(ops) == 1 and node.kids[1].kind in _VARIABLE_KINDS:
+        lo, hi = node.kids[0], inf
+        shape = ("[" if ops[0] == "<=" else "(") + ")"
+    else:
+        return None
+    return [Node("interval", (lo, hi), text=shape)]
+
+
+def unordered(
+    pred: Sequence[Node],
+    gold: Sequence[Node],
+    same: Callable[[Node, Node], bool | None],
+) -> bool | None:
+    """Match two collections as sets with `same` (None: a pair was undecidable)."""
+    pred, gold = _distinct(pred), _distinct(gold)
+    if len(pred) != len(gold):
+        return False
+    if len(gold) > MAX_PARTS:
+        raise Refused(f"more than {MAX_PARTS} parts")
+    left = list(gold)
+    undecided = False
+    for p in pred:
+        for i, g in enumerate(left):
+            result = same(p, g)
+            if result:
+                del left[i]
+                break
+            undecided = undecided or result is None
+        else:
+            return None if undecided else False
+    return True
+
+
+def _distinct(nodes: Sequence[Node]) -> list[Node]:
+    """Drop repeated parts (by canonical form): a solution listed twice is one."""
+    seen: dict[str, Node] = {}
+    for node in nodes:
+        seen.setdefault(render(node), node)
+    return list(seen.values())
+
+
+def matrix_value(node: Node) -> Node | None:
+    """Evaluate sums and products of literal matrices entrywise (``A + B``, ``A B``).
+
+    Returns a ``matrix`` node whose entries are unevaluated sums/products, or None when
+    `node` is not matrix arithmetic or the shapes do not fit.
+    """
+    if node.kind == "matrix":
+        return node
+    if node.kind not in {"add", "mul"} or len(node.kids) > 4:
+        return None
+    mats = [matrix_value(k) for k in node.kids]
+    if any(m is None for m in mats):
+        return None
+    rows = [[list(r.kids) for r in m.kids] for m in mats if m is not None]
+    acc = rows[0]
+    for other in rows[1:]:
+        next_acc = _mat_add(acc, other) if node.kind == "add" else _mat_mul(acc, other)
+        if next_acc is None:
+            return None
+        acc = next_acc
+    return Node("matrix", tuple(Node("row", tuple(r)) for r in acc))
+
+
+def _mat_add(a: list[list[Node]], b: list[list[Node]]) -> list[list[Node]] | None:
+    if [len(r) for r in a] != [len(r) for r in b]:
+        return None
+    return [
+        [Node("add", (x, y)) for x, y in zip(ra, rb, strict=True)]
+        for ra, rb in zip(a, b, strict=True)
+    ]
+
+
+def _mat_mul(a: list[list[Node]], b: list[list[Node]]) -> list[list[Node]] | None:
+    if any(len(r) != len(b) for r in a) or len({len(r) for r in b}) != 1:
+        return None
+    cols = range(len(b[0]))
+    return [
+        [
+            Node("add", tuple(Node("mul", (row[k], b[k][j])) for k in range(len(b))))
+            for j in cols
+        ]
+        for row in a
+    ]
