@@ -1,0 +1,254 @@
+"""Find the final answer in a model's response, and the answer in a gold string.
+
+Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
+
+1. Text after an end-of-turn token (`<|im_end|>`, `<|im_start|>`...) is dropped.
+   ``<think>``: only the text after the last ``</think>`` is searched. If nothing
+   follows it, or the ``<think>`` is never closed, the whole text is searched and
+   ``format_valid`` is false (the answer sits inside the reasoning).
+2. Explicit markers (a tag, then a line, beats a box only when it comes after it):
+   - the last ``\\boxed{...}`` / ``\\fbox{...}`` (brace-depth aware; ``\\boxed 5``
+     takes the next token). Earlier boxes never count or merge. An empty last box
+     gives no answer (no fallback). A truncated last box (``\\boxed{4`` at the end)
+     is not a box: the search falls through and ``format_valid`` is false;
+   - ``<answer>...</answer>``: its content is searched with these same rules; a box
+     inside it is reported as ``boxed``, anything else as ``answer_tag``;
+   - an ``Answer: x`` line (``ANSWER:``, ``**Answer:**``, ``Final Answer:``, a
+     ``Final Answer`` heading over the answer, ``Final Answer:`` mid-line) or a
+     GSM8K ``A: 18`` last line.
+3. Fallbacks, ``format_valid`` false: "the final answer is X" / "the answer is X" /
+   "the result is X" (``final_answer_phrase``); then, reported as ``last_number``,
+   a math span closing the text (``so $x \\ge 5$.``), a whole response that is one
+   short expression (``x+1``), and the last number not glued to a word.
+
+`extract_gold` reads ``#### 18``, then boxes (the last one, or all of them joined
+when the gold is only a list of boxes), then answer lines and phrases, then the
+whole gold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workers.models import ExtractionMethod
+from workers.verifier.prose import (
+    MAX_BARE_ANSWER_CHARS,
+    UNMARKED_FINDERS,
+    answer_line,
+    phrase_answer,
+)
+from workers.verifier.spans import (
+    SPECIAL_TOKENS,
+    Box,
+    answer_tag,
+    box_list,
+    clean,
+    last_box,
+    marker_name,
+)
+
+__all__ = ["Extraction", "extract_answer", "extract_gold"]
+
+# A gold longer than this without any answer marker is not read as a bare answer.
+MAX_BARE_GOLD_CHARS = 2_000
+
+_PROSE_METHODS = (
+    ExtractionMethod.ANSWER_LINE,
+    ExtractionMethod.FINAL_ANSWER_PHRASE,
+)
+_END_OF_TURN = (*SPECIAL_TOKENS, "<|im_start|>", "<｜end▁of▁sentence｜>")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Extraction:
+    """The answer found in a response and how it was found.
+
+    Attributes:
+        answer: extracted answer text, stripped; None if nothing usable.
+        method: where the answer was found.
+        format_valid: an explicit, well-formed final-answer marker was used
+            (boxed, fbox, answer_tag, answer_line) and nothing was truncated.
+        reason: a short human explanation (for example ``"empty \\boxed{}"``).
+    """
+
+    answer: str | None
+    method: ExtractionMethod
+    format_valid: bool
+    reason: str
+
+
+def extract_answer(response: str) -> Extraction:
+    """Extract the final answer from a model's whole response.
+
+    Args:
+        response: the model's text (any string; never raises).
+
+    Returns:
+        The answer (None when nothing usable), the method and format validity.
+    """
+    text, think_note = _final_part(response)
+    found = _extract_from(text)
+    if think_note and found.answer is not None:
+        return Extraction(
+            answer=found.answer,
+            method=found.method,
+            format_valid=False,
+            reason=f"{found.reason}; {think_note}",
+        )
+    return found
+
+
+def extract_gold(gold: str) -> str | None:
+    """Read the reference answer out of a gold string.
+
+    Accepts a bare or LaTeX answer, a worked solution (its last box), a GSM8K
+    solution (``#### 18`` or a final ``A: 18`` line). Returns None for an empty or
+    unreadable gold.
+    """
+    text = gold.strip()
+    if not text:
+        return None
+    hashes = text.rfind("####")
+    if hashes >= 0:
+        tail = text[hashes + 4 :].strip()
+        return clean(tail.splitlines()[0]) if tail else None
+    box = last_box(text)
+    if box is not None and box.problem:
+        return None  # a cut-off box: what the gold meant is unknown
+    if box is not None:
+        listed = box_list(text)
+        return listed if listed is not None else box.content
+    line = answer_line(text, allow_gsm8k="\n" in text)
+    if line is not None:
+        return line[0]
+    phrase = phrase_answer(text) if len(text) > MAX_BARE_ANSWER_CHARS else None
+    if phrase is not None:
+        return phrase
+    if len(text) > MAX_BARE_GOLD_CHARS:
+        return None
+    return clean(text)
+
+
+def _final_part(response: str) -> tuple[str, str]:
+    """Drop `<think>` reasoning; return the text to search and a note if unusual."""
+    response = _cut_at_end_of_turn(response)
+    close = response.rfind("</think>")
+    if close >= 0:
+        after = response[close + len("</think>") :]
+        if clean(after):
+            return after, ""
+        return response, "answer only inside <think>"
+    if response.find("<think>") >= 0:
+        return response, "unterminated <think>"
+    return response, ""
+
+
+def _cut_at_end_of_turn(response: str) -> str:
+    """Drop what follows an end-of-turn token (a run-on into the next chat turn)."""
+    cut = len(response)
+    for token in _END_OF_TURN:
+        pos = response.find(token, 0, cut)
+        if pos >= 0 and response[:pos].strip():
+            cut = pos
+    return response[:cut]
+
+
+def _extract_from(text: str) -> Extraction:
+    box = last_box(text)
+    valid_box = box if box is not None and not box.problem else None
+    box_end = valid_box.end if valid_box is not None else -1
+    tag = answer_tag(text)
+    line = answer_line(text, allow_gsm8k=True)
+    if tag is not None and tag[1] > box_end:
+        found = _from_tag(tag[0])
+    elif line is not None and line[1] >= box_end:
+        # An answer line after the last box is the model's final word on it.
+        found = Extraction(
+            answer=line[0],
+            method=ExtractionMethod.ANSWER_LINE,
+            format_valid=True,
+            reason="answer line",
+        )
+    elif valid_box is not None:
+        return _from_box(valid_box)
+    else:
+        found = _fallbacks(text)
+    if box is not None and box.problem:
+        note = f"{box.problem} {marker_name(box.method)}{{"
+        return Extraction(
+            answer=found.answer,
+            method=found.method,
+            format_valid=False,
+            reason=f"{note}; {found.reason}",
+        )
+    return found
+
+
+def _from_box(box: Box) -> Extraction:
+    if box.content is None:
+        return _none(f"empty {marker_name(box.method)}{{}}")
+    return Extraction(
+        answer=box.content,
+        method=box.method,
+        format_valid=True,
+        reason=f"last {marker_name(box.method)}{{}}",
+    )
+
+
+def _from_tag(content: str) -> Extraction:
+    inner = _extract_from(content)
+    if inner.method in (ExtractionMethod.BOXED, ExtractionMethod.FBOX):
+        return _replace_reason(inner, f"{inner.reason} inside <answer>")
+    # A line or phrase inside the tag names the answer; otherwise the whole
+    # content is the answer (`<answer>x = 5</answer>`, not its last number).
+    answer = inner.answer if inner.method in _PROSE_METHODS else clean(content)
+    if answer is None:
+        return _none("empty <answer></answer>")
+    return Extraction(
+        answer=answer,
+        method=ExtractionMethod.ANSWER_TAG,
+        format_valid=True,
+        reason="<answer> tag",
+    )
+
+
+def _fallbacks(text: str) -> Extraction:
+    """Without a marker: a phrase, a closing math span, a bare answer, a number.
+
+    A closing math span (`... so $x \\in [-2, 7]$.`) or a whole response that is
+    one short expression (`x+1`) is reported as `last_number`: the nearest method
+    name for "the last value written", and equally unmarked.
+    """
+    phrase = phrase_answer(text)
+    if phrase is not None:
+        return Extraction(
+            answer=phrase,
+            method=ExtractionMethod.FINAL_ANSWER_PHRASE,
+            format_valid=False,
+            reason="no marker; final-answer phrase",
+        )
+    for finder, reason in UNMARKED_FINDERS:
+        answer = finder(text)
+        if answer is not None:
+            return Extraction(
+                answer=answer,
+                method=ExtractionMethod.LAST_NUMBER,
+                format_valid=False,
+                reason=f"no marker; {reason}",
+            )
+    return _none("no answer found")
+
+
+def _none(reason: str) -> Extraction:
+    return Extraction(
+        answer=None, method=ExtractionMethod.NONE, format_valid=False, reason=reason
+    )
+
+
+def _replace_reason(found: Extraction, reason: str) -> Extraction:
+    return Extraction(
+        answer=found.answer,
+        method=found.method,
+        format_valid=found.format_valid,
+        reason=reason,
+    )
