@@ -1,0 +1,73 @@
+"""Shared fixtures: a private redis-server per test session (never the system Redis)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+_START_DEADLINE_S = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + _START_DEADLINE_S
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log = log_path.read_text(errors="replace")
+                pytest.fail(f"redis-server exited early ({proc.returncode}):\n{log}")
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        pytest.fail(f"redis-server did not answer within {_START_DEADLINE_S} s ({url})")
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start a private redis-server on a free port; yield its URL (`redis://...:PORT/0`)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (needed by integration tests)")
+    workdir = tmp_path_factory.mktemp("redis")
+    port = _free_port()
+    log_path = workdir / "redis.log"
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    args += ["--appendonly", "no", "--dir", str(workdir), "--logfile", str(log_path)]
+    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        _wait_ready(url, proc, log_path)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_client(redis_server: str) -> Iterator[redis.Redis[bytes]]:
+    """A client on the private server, with the database flushed before and after."""
+    client: redis.Redis[bytes] = redis.Redis.from_url(redis_server)
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.flushdb()
+        client.close()

@@ -1,0 +1,237 @@
+"""BatchGrader with a real sandbox child and real caches (SQLite, unreachable Redis)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from workers import verifier
+from workers.batch import BatchGrader, GradeItem
+from workers.cache import RedisResultCache, SqliteResultCache
+from workers.errors import CacheError
+from workers.models import GradeOptions, Status, Verdict
+from workers.sandbox import Sandbox
+
+DATA = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared/data/qwen25math_math_cot_100.jsonl"
+)
+OPTIONS = GradeOptions()
+MIB = 1 << 20
+# Set by a test before the sandbox forks; the child inherits it and logs each call.
+CALL_LOG: str | None = None
+
+
+def logging_grade(
+    response: str, gold: str, *, options: GradeOptions | None = None
+) -> Verdict:
+    if CALL_LOG is not None:
+        fd = os.open(CALL_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, b"x\n")
+        os.close(fd)
+    if response == "hang":
+        time.sleep(60)
+    return verifier.grade(response, gold, options=options)
+
+
+def load_rollouts(limit: int) -> list[GradeItem]:
+    items: list[GradeItem] = []
+    with DATA.open() as f:
+        for line in f:
+            record = json.loads(line)
+            for response in record["code"]:
+                items.append(GradeItem(len(items), response, record["gt"]))
+    return items[:limit]
+
+
+class RecordingObserver:
+    def __init__(self) -> None:
+        self.graded: list[tuple[Verdict, float]] = []
+        self.lookups: list[tuple[int, int]] = []
+        self.batches: list[int] = []
+
+    def item_graded(self, verdict: Verdict, duration_s: float) -> None:
+        self.graded.append((verdict, duration_s))
+
+    def cache_lookup(self, *, hits: int, misses: int) -> None:
+        self.lookups.append((hits, misses))
+
+    def sandbox_restarted(self, reason: str) -> None:
+        pass
+
+    def batch_done(self, *, size: int, duration_s: float) -> None:
+        self.batches.append(size)
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    with Sandbox(
+        item_timeout_s=10.0, item_memory_bytes=512 * MIB, grade_fn=logging_grade
+    ) as box:
+        yield box
+
+
+@pytest.fixture
+def call_log(tmp_path: Path) -> Iterator[Path]:
+    global CALL_LOG
+    path = tmp_path / "calls.log"
+    path.touch()
+    CALL_LOG = str(path)
+    yield path
+    CALL_LOG = None
+
+
+def calls(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def without_cached_flag(
+    verdicts: list[tuple[int, Verdict]],
+) -> list[tuple[int, Verdict]]:
+    return [(index, v.replace(cached=False)) for index, v in verdicts]
+
+
+def test_batch_identical_with_cache_off_cold_and_warm(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    # Given ~300 real rollouts and their in-process verdicts
+    items = load_rollouts(304)
+    expected = [
+        (it.index, verifier.grade(it.response, it.gold, options=OPTIONS))
+        for it in items
+    ]
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    # When grading without cache, with a cold cache, then with the warm cache
+    off = BatchGrader(sandbox=sandbox, cache=None).grade(items, OPTIONS)
+    cold = BatchGrader(sandbox=sandbox, cache=cache).grade(items, OPTIONS)
+    warm = BatchGrader(sandbox=sandbox, cache=cache).grade(items, OPTIONS)
+    # Then every run equals in-process grading, except the `cached` flag
+    assert off == expected
+    assert cold == expected
+    assert without_cached_flag(warm) == expected
+    assert not any(v.cached for _, v in cold)
+    cacheable = [
+        verifier.prepare(it.response, it.gold, options=OPTIONS).decision_key is not None
+        for it in items
+    ]
+    assert [v.cached for _, v in warm] == cacheable
+    assert any(cacheable)
+
+
+def test_batch_duplicates_graded_once(sandbox: Sandbox, call_log: Path) -> None:
+    # Given 16 samples ending in the same boxed answer, with different reasoning
+    items = [GradeItem(i, f"reasoning {i} ... \\boxed{{42}}", "42") for i in range(16)]
+    items.append(GradeItem(99, "other \\boxed{41}", "42"))
+    observer = RecordingObserver()
+    results = BatchGrader(sandbox=sandbox, cache=None, observer=observer).grade(
+        items, OPTIONS
+    )
+    # Then the sandbox graded two answers, and every item got its verdict in order
+    assert calls(call_log) == 2
+    assert [index for index, _ in results] == [*range(16), 99]
+    assert [v.correct for _, v in results] == [True] * 16 + [False]
+    assert len(observer.graded) == 17
+    assert sum(1 for _, d in observer.graded if d > 0) == 2
+    assert observer.batches == [17]
+
+
+def test_batch_cache_hits_skip_the_sandbox(
+    sandbox: Sandbox, call_log: Path, tmp_path: Path
+) -> None:
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    items = [GradeItem(i, f"\\boxed{{{i % 3}}}", "1") for i in range(9)]
+    observer = RecordingObserver()
+    grader = BatchGrader(sandbox=sandbox, cache=cache, observer=observer)
+    first = grader.grade(items, OPTIONS)
+    second = grader.grade(items, OPTIONS)
+    assert calls(call_log) == 3
+    assert observer.lookups == [(0, 3), (3, 0)]
+    assert without_cached_flag(second) == first
+    assert all(v.cached for _, v in second)
+
+
+def test_batch_per_response_fields_are_the_items_own(sandbox: Sandbox) -> None:
+    items = [GradeItem(0, "\\boxed{7}", "7"), GradeItem(1, "text \\boxed{7} end", "7")]
+    results = BatchGrader(sandbox=sandbox, cache=None).grade(items, OPTIONS)
+    for item, (_, verdict) in zip(items, results, strict=True):
+        assert verdict == verifier.grade(item.response, item.gold, options=OPTIONS)
+
+
+def test_batch_uncacheable_items_each_go_to_the_sandbox(
+    sandbox: Sandbox, call_log: Path, tmp_path: Path
+) -> None:
+    # Items without a decision key are graded one by one; keyed copies only once.
+    items = [GradeItem(i, "no answer at all", "3") for i in range(4)]
+    keyed = verifier.prepare("no answer at all", "3").decision_key is not None
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    results = BatchGrader(sandbox=sandbox, cache=cache).grade(items, OPTIONS)
+    assert calls(call_log) == (1 if keyed else 4)
+    assert [v.status for _, v in results] == [Status.NO_ANSWER] * 4
+
+
+def test_batch_transient_verdicts_are_not_cached(
+    call_log: Path, tmp_path: Path
+) -> None:
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    items = [GradeItem(0, "\\boxed{1}", "1"), GradeItem(1, "hang", "1")]
+    with Sandbox(
+        item_timeout_s=0.3, item_memory_bytes=256 * MIB, grade_fn=logging_grade
+    ) as box:
+        grader = BatchGrader(sandbox=box, cache=cache)
+        first = grader.grade(items, OPTIONS)
+        second = grader.grade(items, OPTIONS)
+    assert [v.status for _, v in first] == [Status.CORRECT, Status.TIMEOUT]
+    assert [v.status for _, v in second] == [Status.CORRECT, Status.TIMEOUT]
+    assert [v.cached for _, v in second] == [True, False]
+
+
+def test_batch_cache_error_degrades_to_no_cache(
+    sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a Redis cache nobody listens to (port 1)
+    client: redis.Redis[bytes] = redis.Redis(
+        host="127.0.0.1",
+        port=1,
+        socket_connect_timeout=0.2,
+        retry=Retry(NoBackoff(), 0),
+    )
+    items = [GradeItem(i, f"\\boxed{{{i}}}", "2") for i in range(4)]
+    observer = RecordingObserver()
+    grader = BatchGrader(
+        sandbox=sandbox, cache=RedisResultCache(client), observer=observer
+    )
+    # When grading, Then the batch is graded anyway and the failure is logged
+    results = grader.grade(items, OPTIONS)
+    client.close()
+    assert [v.correct for _, v in results] == [False, False, True, False]
+    assert observer.lookups == []
+    assert "cache lookup failed" in caplog.text
+    assert "cache store failed" not in caplog.text  # not retried within the batch
+
+
+class ReadOnlyCache:
+    """A cache backend (the Protocol's seam) that reads fine but refuses writes."""
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def set_many(self, entries: Mapping[str, dict[str, Any]]) -> None:
+        raise CacheError("read-only replica")
+
+
+def test_batch_cache_store_error_keeps_the_verdicts(
+    sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    items = [GradeItem(i, f"\\boxed{{{i}}}", "1") for i in range(3)]
+    results = BatchGrader(sandbox=sandbox, cache=ReadOnlyCache()).grade(items, OPTIONS)
+    assert [v.correct for _, v in results] == [False, True, False]
+    assert "cache store failed" in caplog.text

@@ -1,0 +1,125 @@
+"""SqliteResultCache: round trip, expiry, malformed rows, two writer processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from workers.cache import SqliteResultCache
+from workers.errors import CacheError
+from workers.models import Status
+
+ENTRY = {
+    "status": "correct",
+    "correct": True,
+    "verify_method": "numeric",
+    "reason": "",
+    "canonical_pred": "2",
+    "canonical_gold": "2",
+    "grader_version": "v1",
+}
+
+
+class FakeClock:
+    """A settable wall clock (seconds)."""
+
+    def __init__(self) -> None:
+        self.now_s = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_cache_sqlite_round_trip(tmp_path: Path) -> None:
+    cache = SqliteResultCache(tmp_path / "sub" / "cache.db")
+    entries = {f"{i:064x}": {**ENTRY, "canonical_pred": str(i)} for i in range(1200)}
+    cache.set_many(entries)
+    found = cache.get_many([*entries, "f" * 64])  # > 500 keys: chunked IN queries
+    assert found == entries
+    assert cache.get_many([]) == {}
+    cache.close()
+
+
+def test_cache_sqlite_entries_expire(tmp_path: Path) -> None:
+    clock = FakeClock()
+    cache = SqliteResultCache(tmp_path / "cache.db", ttl_s=60, clock=clock)
+    cache.set_many({"a" * 64: ENTRY})
+    clock.now_s += 59
+    assert cache.get_many(["a" * 64]) == {"a" * 64: ENTRY}
+    clock.now_s += 2
+    assert cache.get_many(["a" * 64]) == {}
+    assert cache.purge_expired() == 1
+
+
+def test_cache_sqlite_malformed_row_is_a_miss(tmp_path: Path) -> None:
+    path = tmp_path / "cache.db"
+    cache = SqliteResultCache(path)
+    cache.set_many({"a" * 64: ENTRY})
+    bad = {"b" * 64: "{not json", "c" * 64: '{"status": "timeout"}'}
+    with sqlite3.connect(path) as conn:
+        conn.executemany("INSERT INTO results VALUES (?, ?, 9e18)", list(bad.items()))
+    conn.close()
+    assert cache.get_many(["a" * 64, *bad]) == {"a" * 64: ENTRY}
+
+
+def test_cache_sqlite_refuses_transient_rows_even_if_present(tmp_path: Path) -> None:
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    transient = {**ENTRY, "status": Status.TIMEOUT.value, "correct": False}
+    cache.set_many({"d" * 64: transient})
+    assert cache.get_many(["d" * 64]) == {}
+
+
+def write_range(path: str, start: int, count: int) -> None:
+    cache = SqliteResultCache(path)
+    for i in range(start, start + count, 10):
+        cache.set_many({f"{j:064x}": ENTRY for j in range(i, i + 10)})
+    cache.close()
+
+
+def test_cache_sqlite_two_writer_processes(tmp_path: Path) -> None:
+    path = str(tmp_path / "cache.db")
+    ctx = multiprocessing.get_context("fork")
+    procs = [
+        ctx.Process(target=write_range, args=(path, k * 1000, 1000)) for k in (0, 1)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    found = SqliteResultCache(path).get_many([f"{j:064x}" for j in range(2000)])
+    assert len(found) == 2000
+
+
+def open_and_use(path: str, worker: int, barrier: Any) -> None:
+    barrier.wait()
+    cache = SqliteResultCache(path)
+    failures = 0
+    for i in range(20):
+        key = f"{worker}{i:063x}"
+        try:
+            cache.get_many([key])
+            cache.set_many({key: ENTRY})
+        except CacheError:
+            failures += 1
+    cache.close()
+    sys.exit(min(failures, 100))
+
+
+def test_cache_sqlite_many_processes_opening_a_new_file_at_once(tmp_path: Path) -> None:
+    # Switching a new file to WAL can fail "locked" at once: the cache must wait it out.
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(10):
+        path = str(tmp_path / f"cache-{trial}.db")
+        barrier = ctx.Barrier(4)
+        procs = [
+            ctx.Process(target=open_and_use, args=(path, k, barrier)) for k in range(4)
+        ]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=60)
+        assert [proc.exitcode for proc in procs] == [0, 0, 0, 0]

@@ -1,0 +1,154 @@
+"""LocalPool (embedded mode) with real worker processes, sandboxes and SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from workers import verifier
+from workers.batch import GradeItem
+from workers.local import LocalPool
+from workers.models import GradeOptions, Status, Verdict
+
+DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+OPTIONS = GradeOptions()
+MIB = 1 << 20
+
+
+def hostile_grade(
+    response: str, gold: str, *, options: GradeOptions | None = None
+) -> Verdict:
+    """`verifier.grade`, except for magic responses that misbehave on purpose."""
+    if response == "hang":
+        time.sleep(60)
+    elif response == "kill-my-worker":
+        os.kill(
+            os.getppid(), signal.SIGKILL
+        )  # the sandbox child's parent is the worker
+        time.sleep(60)
+    elif response.startswith("once:"):
+        mark = Path(response.split(":", 1)[1])
+        if not mark.exists():
+            mark.write_text(str(os.getppid()))
+            time.sleep(60)
+    return verifier.grade(response, gold, options=options)
+
+
+def real_rollouts() -> list[GradeItem]:
+    items: list[GradeItem] = []
+    with (DATA_DIR / "qwen25math_math_cot_100.jsonl").open() as f:
+        for line in f:
+            record = json.loads(line)
+            for response in record["code"]:
+                items.append(GradeItem(len(items), response, record["gt"]))
+    with (DATA_DIR / "gsm8k_example_model_solutions.jsonl").open() as f:
+        for line in list(f)[:100]:
+            record = json.loads(line)
+            for model in ("6b_finetuning", "6b_verification"):
+                solution = record[model]["solution"]
+                items.append(GradeItem(len(items), solution, record["ground_truth"]))
+    return items
+
+
+def make_pool(**kw: object) -> LocalPool:
+    args: dict[str, object] = {
+        "processes": 2,
+        "item_timeout_s": 5.0,
+        "item_memory_bytes": 512 * MIB,
+        "cache_path": None,
+        "grade_fn": hostile_grade,
+    }
+    args.update(kw)
+    return LocalPool(**args)  # type: ignore[arg-type]
+
+
+def test_local_pool_keeps_order_of_2000_items() -> None:
+    items = [GradeItem(i, f"\\boxed{{{i}}}", str(i - i % 2)) for i in range(2000)]
+    progress: list[int] = []
+    with make_pool(batch_size=64) as pool:
+        verdicts = pool.grade(items, OPTIONS, on_progress=progress.append)
+    assert [v.extracted for v in verdicts] == [str(i) for i in range(2000)]
+    assert [v.correct for v in verdicts] == [i % 2 == 0 for i in range(2000)]
+    assert progress == sorted(progress)
+    assert progress[-1] == 2000
+    assert len(progress) == 32  # one call per batch
+
+
+def test_local_pool_equals_in_process_grading_on_real_data() -> None:
+    items = real_rollouts()
+    expected = [verifier.grade(it.response, it.gold, options=OPTIONS) for it in items]
+    with make_pool(grade_fn=None, batch_size=50) as pool:
+        assert pool.grade(items, OPTIONS) == expected
+
+
+def test_local_pool_hostile_item_times_out_and_neighbours_are_graded() -> None:
+    items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(20)]
+    items[7] = GradeItem(7, "hang", "7")
+    with make_pool(item_timeout_s=0.3, batch_size=10) as pool:
+        verdicts = pool.grade(items, OPTIONS)
+    assert verdicts[7].status is Status.TIMEOUT
+    assert all(v.correct for i, v in enumerate(verdicts) if i != 7)
+
+
+def test_local_pool_identical_with_cache_cold_and_warm(tmp_path: Path) -> None:
+    items = real_rollouts()[:400]
+    with make_pool(cache_path=None) as pool:
+        uncached = pool.grade(items, OPTIONS)
+    with make_pool(cache_path=tmp_path / "cache.db") as pool:
+        cold = pool.grade(items, OPTIONS)
+    with make_pool(cache_path=tmp_path / "cache.db", processes=1) as pool:
+        warm = pool.grade(items, OPTIONS)
+    # Workers share the file, so even a cold run may hit what the other one stored.
+    assert [v.replace(cached=False) for v in cold] == uncached
+    assert [v.replace(cached=False) for v in warm] == uncached
+    assert not any(v.cached for v in uncached)
+    assert sum(v.cached for v in warm) > 0
+
+
+def test_local_pool_reruns_the_batch_of_a_dead_worker(tmp_path: Path) -> None:
+    # Given an item that hangs the first time it is seen
+    mark = tmp_path / "worker.pid"
+    items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(40)]
+    items[25] = GradeItem(25, f"once:{mark}", "x")
+    results: list[list[Verdict]] = []
+    with make_pool(item_timeout_s=30.0, batch_size=10) as pool:
+        runner = threading.Thread(
+            target=lambda: results.append(pool.grade(items, OPTIONS))
+        )
+        runner.start()
+        deadline = time.monotonic() + 20
+        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # When the worker process running it is SIGKILLed mid-batch
+        os.kill(int(mark.read_text()), signal.SIGKILL)
+        runner.join(timeout=60)
+    # Then its batch is re-run elsewhere: nothing lost, nothing out of order
+    (verdicts,) = results
+    assert [v.correct for v in verdicts] == [i != 25 for i in range(40)]
+    assert verdicts[25].status is not Status.ERROR
+
+
+def test_local_pool_poison_batch_ends_as_errors() -> None:
+    items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(30)]
+    items[12] = GradeItem(12, "kill-my-worker", "x")
+    with make_pool(batch_size=10, max_attempts=2) as pool:
+        verdicts = pool.grade(items, OPTIONS)
+        again = pool.grade(items[:10], OPTIONS)  # the pool still works afterwards
+    assert all(v.correct for v in verdicts[:10] + verdicts[20:])
+    assert {v.status for v in verdicts[10:20]} == {Status.ERROR}
+    assert "died on this batch 2 times" in verdicts[12].reason
+    assert all(v.correct for v in again)
+
+
+def test_local_pool_close_leaves_no_processes() -> None:
+    pool = make_pool()
+    pool.grade([GradeItem(0, "\\boxed{1}", "1")], OPTIONS)
+    pids = pool.worker_pids
+    assert len(pids) == 2
+    pool.close()
+    assert pool.worker_pids == []
+    assert all(not Path(f"/proc/{pid}").exists() for pid in pids)

@@ -1,0 +1,47 @@
+"""Length-prefixed JSON frames between forked processes (workers.childproc)."""
+
+from __future__ import annotations
+
+import os
+
+from workers.childproc import FrameBuffer, encode_frame, read_frame, write_frame
+
+MESSAGES = [
+    {"r": "text \\boxed{½} \ud800 end", "g": "1/2"},
+    {"items": [["a" * 200_000, "b"]], "o": {"rel_tol": 1e-6}},
+    [],
+]
+
+
+def test_frames_survive_byte_by_byte_delivery() -> None:
+    buffer = FrameBuffer()
+    stream = b"".join(encode_frame(message) for message in MESSAGES)
+    popped = []
+    for i in range(0, len(stream), 7):
+        buffer.feed(stream[i : i + 7])
+        while (message := buffer.pop()) is not None:
+            popped.append(message)
+    assert popped == MESSAGES
+    assert buffer.pop() is None
+
+
+def test_frames_over_a_pipe_until_end_of_file() -> None:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the writer: leaves through os._exit only
+        code = 1
+        try:
+            os.close(read_fd)
+            for message in MESSAGES:
+                write_frame(write_fd, message)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    received = []
+    while (message := read_frame(read_fd)) is not None:
+        received.append(message)
+    os.close(read_fd)
+    _pid, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert received == MESSAGES

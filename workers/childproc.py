@@ -1,0 +1,158 @@
+"""Forked helper processes (sandbox children, local pool workers): fork hygiene and
+length-prefixed JSON frames over pipes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import signal
+import struct
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "FrameBuffer",
+    "encode_frame",
+    "fork_child",
+    "read_frame",
+    "write_all",
+    "write_frame",
+]
+
+_HEADER = struct.Struct("!I")
+_PR_SET_PDEATHSIG = 1
+EXIT_CRASH = 70  # an unexpected exception escaped the child's main function
+
+# --- frames: 4-byte big-endian length + JSON (ASCII, so lone surrogates survive) ---
+
+
+def encode_frame(obj: Any) -> bytes:
+    payload = json.dumps(obj, separators=(",", ":")).encode("ascii")
+    return _HEADER.pack(len(payload)) + payload
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to a blocking fd (BrokenPipeError if the reader is gone)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_frame(fd: int, obj: Any) -> None:
+    write_all(fd, encode_frame(obj))
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    chunks: list[bytes] = []
+    while size:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> Any | None:
+    """Read one frame from a blocking fd; None at end of file."""
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    payload = _read_exact(fd, _HEADER.unpack(header)[0])
+    return None if payload is None else json.loads(payload)
+
+
+class FrameBuffer:
+    """Bytes read so far by a polling (deadline-bound) reader; pops complete frames."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def pop(self) -> Any | None:
+        if len(self._buf) < _HEADER.size:
+            return None
+        (size,) = _HEADER.unpack_from(self._buf)
+        end = _HEADER.size + size
+        if len(self._buf) < end:
+            return None
+        payload = bytes(self._buf[_HEADER.size : end])
+        del self._buf[:end]
+        return json.loads(payload)
+
+
+# --- fork hygiene ---
+
+
+def _set_parent_death_signal(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL us when our parent dies; exit now if it already has."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def _reset_signal_handlers() -> None:
+    """Drop Python handlers inherited from the parent (Celery installs several).
+
+    SIGINT is ignored rather than defaulted: a Ctrl-C on the terminal reaches the whole
+    process group, and the parent (which may be finishing a warm shutdown) decides when
+    its child dies; the child dies with its parent anyway (PR_SET_PDEATHSIG).
+    """
+    for sig in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _close_fds_except(keep: Sequence[int]) -> None:
+    """Close every inherited fd above stderr except `keep` (sockets, Celery pipes,
+    other children's pipes: a stray copy of a write end would hide a child's death).
+    """
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def fork_child(main: Callable[[int, int], int]) -> tuple[int, int, int]:
+    """Fork a child running `main(request_fd, reply_fd)`; returns (pid, to_fd, from_fd).
+
+    The child freezes inherited objects (no finalizer of the parent's files or sockets
+    ever runs in it), resets signal handlers, dies with its parent, keeps only its two
+    pipe ends, and always leaves through `os._exit` (never returning into the parent's
+    code). The parent keeps the other two ends.
+    """
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    parent_pid = os.getpid()
+    for stream in (sys.stdout, sys.stderr):  # or the child would print them twice
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = EXIT_CRASH
+        try:
+            gc.freeze()
+            _reset_signal_handlers()
+            _set_parent_death_signal(parent_pid)
+            _close_fds_except((to_r, from_w))
+            code = main(to_r, from_w)
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(to_r)
+    os.close(from_w)
+    return pid, to_w, from_r

@@ -1,0 +1,323 @@
+"""Embedded mode: the fleet's batch grading in a pool of local processes.
+
+Same `BatchGrader`, same `Sandbox` limits, same verdicts as a Celery worker; the cache
+is a `SqliteResultCache` file shared by the pool's processes (or none).
+
+Why plain `os.fork` workers talking length-prefixed JSON over pipes (the sandbox's own
+machinery) rather than multiprocessing: the parent has already imported the verifier,
+so each worker starts warm in milliseconds (a forkserver or spawn worker re-imports
+SymPy, ~1 s each); nothing is pickled, so any grade function (tests inject hostile ones)
+crosses as-is; and it works from any parent, daemonic or not. The usual fork hazard, a
+lock held by another parent thread, does not bite: a worker closes every inherited fd,
+freezes inherited objects (no finalizer of the parent's files runs in it), never
+returns into the parent's code, and CPython re-initialises its import/logging locks at
+fork. Workers die with the parent (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from workers.batch import BatchGrader, GradeItem
+from workers.cache import SqliteResultCache
+from workers.childproc import fork_child, read_frame, write_frame
+from workers.errors import SandboxError
+from workers.models import GradeOptions, Status, Verdict
+from workers.sandbox import GradeFn, Sandbox, failure_verdict, warm_up_verifier
+
+__all__ = ["LocalPool", "RolloutLike"]
+
+_STOP_GRACE_S = 5.0
+
+
+class RolloutLike(Protocol):
+    """Anything with `response` and `gold` text (`GradeItem`, a producer Rollout)."""
+
+    @property
+    def response(self) -> str: ...
+
+    @property
+    def gold(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _WorkerConfig:
+    item_timeout_s: float
+    item_memory_bytes: int
+    recycle_after_items: int
+    cache_path: Path | None
+    grade_fn: GradeFn | None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Worker:
+    pid: int
+    to_fd: int
+    from_fd: int
+    batch_id: int | None = None
+    deadline: float = 0.0
+
+
+def _worker_loop(to_fd: int, from_fd: int, config: _WorkerConfig) -> None:
+    sandbox = Sandbox(
+        item_timeout_s=config.item_timeout_s,
+        item_memory_bytes=config.item_memory_bytes,
+        recycle_after_items=config.recycle_after_items,
+        grade_fn=config.grade_fn,
+    )
+    cache = None if config.cache_path is None else SqliteResultCache(config.cache_path)
+    grader = BatchGrader(sandbox=sandbox, cache=cache)
+    try:
+        while (message := read_frame(to_fd)) is not None:
+            items = [GradeItem(i, r, g) for i, r, g in message["items"]]
+            results = grader.grade(items, GradeOptions.from_dict(message["options"]))
+            reply = [[index, verdict.to_dict()] for index, verdict in results]
+            write_frame(from_fd, {"batch": message["batch"], "results": reply})
+    finally:
+        sandbox.close()
+        if cache is not None:
+            cache.close()
+
+
+def _worker_main(to_fd: int, from_fd: int, config: _WorkerConfig) -> int:
+    with contextlib.suppress(BrokenPipeError):  # the parent is gone: just exit
+        _worker_loop(to_fd, from_fd, config)
+    return 0
+
+
+def _spawn_worker(config: _WorkerConfig) -> _Worker:
+    pid, to_fd, from_fd = fork_child(lambda r, w: _worker_main(r, w, config))
+    return _Worker(pid=pid, to_fd=to_fd, from_fd=from_fd)
+
+
+def _exited(pid: int) -> bool:
+    """Reap `pid` if it has exited (True also when someone else already reaped it)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+        return True
+
+
+def _stop_worker(worker: _Worker, *, graceful: bool) -> None:
+    """Ask (EOF) or force (SIGKILL) a worker to exit, then reap it and close its fds."""
+    os.close(worker.to_fd)
+    deadline = time.monotonic() + (_STOP_GRACE_S if graceful else 0.0)
+    exited = _exited(worker.pid)
+    while not exited and time.monotonic() < deadline:
+        time.sleep(0.005)
+        exited = _exited(worker.pid)
+    if not exited:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(worker.pid, 0)
+    os.close(worker.from_fd)
+
+
+def _lost_verdict(item: RolloutLike, options: GradeOptions, attempts: int) -> Verdict:
+    reason = f"local worker process died on this batch {attempts} times"
+    return failure_verdict(Status.ERROR, reason, item.response, item.gold, options)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Job:
+    """One `grade()` call: its batches, what is pending, and the verdicts so far."""
+
+    items: Sequence[RolloutLike]
+    options: GradeOptions
+    batches: list[range]
+    pending: deque[int]
+    attempts: list[int]
+    verdicts: list[Verdict | None]
+    batches_left: int
+    items_done: int = 0
+
+
+class LocalPool:
+    """N local worker processes, each with a `BatchGrader` and its own `Sandbox`.
+
+    Args:
+        processes: number of worker processes.
+        item_timeout_s: wall-clock deadline per item (as the fleet).
+        item_memory_bytes: memory cap per item (as the fleet).
+        cache_path: SQLite cache file shared by the workers; None for no cache.
+        batch_size: items per batch handed to one worker.
+        recycle_after_items: sandbox child recycling, as the fleet.
+        grade_fn: the function the sandboxes run (default `workers.verifier.grade`).
+        max_attempts: a batch whose worker process dies is re-run on a fresh worker
+            up to this many times in all, then answered with `error` verdicts.
+
+    Verdicts come back in input order; none is ever lost.
+    """
+
+    def __init__(
+        self,
+        *,
+        processes: int,
+        item_timeout_s: float,
+        item_memory_bytes: int,
+        cache_path: Path | None,
+        batch_size: int = 64,
+        recycle_after_items: int = 500,
+        grade_fn: GradeFn | None = None,
+        max_attempts: int = 3,
+    ) -> None:
+        if processes < 1 or batch_size < 1 or max_attempts < 1:
+            raise ValueError("processes, batch_size and max_attempts must be >= 1")
+        self._processes = processes
+        self._batch_size = batch_size
+        self._max_attempts = max_attempts
+        self._item_timeout_s = item_timeout_s
+        self._config = _WorkerConfig(
+            item_timeout_s=item_timeout_s,
+            item_memory_bytes=item_memory_bytes,
+            recycle_after_items=recycle_after_items,
+            cache_path=cache_path,
+            grade_fn=grade_fn,
+        )
+        self._workers: dict[int, _Worker] = {}  # by from_fd
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Pids of the live worker processes."""
+        return [worker.pid for worker in self._workers.values()]
+
+    def grade(
+        self,
+        items: Sequence[RolloutLike],
+        options: GradeOptions,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> list[Verdict]:
+        """Grade `items`; verdict i belongs to items[i]."""
+        size = self._batch_size
+        batches = [
+            range(s, min(s + size, len(items))) for s in range(0, len(items), size)
+        ]
+        job = _Job(
+            items=items,
+            options=options,
+            batches=batches,
+            pending=deque(range(len(batches))),
+            attempts=[0] * len(batches),
+            verdicts=[None] * len(items),
+            batches_left=len(batches),
+        )
+        try:
+            while job.batches_left:
+                self._dispatch(job)
+                self._collect(job, on_progress)
+        except BaseException:
+            self._stop_all(graceful=False)  # busy workers hold stale batches
+            raise
+        verdicts = [verdict for verdict in job.verdicts if verdict is not None]
+        if len(verdicts) != len(items):  # a bug here must never look like success
+            raise SandboxError(f"local pool lost {len(items) - len(verdicts)} items")
+        return verdicts
+
+    def close(self) -> None:
+        """Stop every worker (they finish nothing: call between `grade()` calls)."""
+        self._stop_all(graceful=True)
+
+    def __enter__(self) -> LocalPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- internals ---
+
+    def _stop_all(self, *, graceful: bool) -> None:
+        workers, self._workers = list(self._workers.values()), {}
+        for worker in workers:
+            _stop_worker(worker, graceful=graceful)
+
+    def _dispatch(self, job: _Job) -> None:
+        if len(self._workers) < self._processes:
+            warm_up_verifier()  # once per process: workers inherit a warm verifier
+        while len(self._workers) < self._processes:
+            worker = _spawn_worker(self._config)
+            self._workers[worker.from_fd] = worker
+        for worker in list(self._workers.values()):
+            if worker.batch_id is None and job.pending:
+                self._send(worker, job, job.pending.popleft())
+
+    def _send(self, worker: _Worker, job: _Job, batch_id: int) -> None:
+        batch = job.batches[batch_id]
+        job.attempts[batch_id] += 1
+        worker.batch_id = batch_id
+        # Backstop only: each item is already bounded by the sandbox deadline.
+        worker.deadline = (
+            time.monotonic() + len(batch) * (self._item_timeout_s + 1) + 60
+        )
+        wire = [[i, job.items[i].response, job.items[i].gold] for i in batch]
+        message = {"batch": batch_id, "options": job.options.to_dict(), "items": wire}
+        try:
+            write_frame(worker.to_fd, message)
+        except BrokenPipeError:
+            self._worker_lost(worker, job)
+
+    def _collect(self, job: _Job, on_progress: Callable[[int], None] | None) -> None:
+        busy = [w for w in self._workers.values() if w.batch_id is not None]
+        if not busy:
+            return
+        poller = select.poll()
+        for worker in busy:
+            poller.register(
+                worker.from_fd, select.POLLIN | select.POLLHUP | select.POLLERR
+            )
+        for fd, _event in poller.poll(1000.0):
+            worker = self._workers[fd]
+            reply = read_frame(fd)
+            if reply is None:
+                self._worker_lost(worker, job)
+            else:
+                self._accept(worker, job, reply)
+                if on_progress is not None:
+                    on_progress(job.items_done)
+        now = time.monotonic()
+        for worker in busy:
+            if worker.from_fd in self._workers and worker.deadline < now:
+                self._worker_lost(worker, job)
+
+    def _accept(self, worker: _Worker, job: _Job, reply: dict[str, Any]) -> None:
+        batch_id = worker.batch_id
+        if batch_id is None or reply.get("batch") != batch_id:  # never a stale answer
+            raise SandboxError(f"local worker {worker.pid} answered an unknown batch")
+        for index, verdict in reply["results"]:
+            job.verdicts[index] = Verdict.from_dict(verdict)
+        job.items_done += len(job.batches[batch_id])
+        job.batches_left -= 1
+        worker.batch_id = None
+
+    def _worker_lost(self, worker: _Worker, job: _Job) -> None:
+        """A worker died (or overran the backstop): re-run its batch elsewhere."""
+        del self._workers[worker.from_fd]
+        _stop_worker(worker, graceful=False)
+        batch_id = worker.batch_id
+        if batch_id is None:
+            return
+        if job.attempts[batch_id] < self._max_attempts:
+            job.pending.appendleft(batch_id)
+            return
+        for index in job.batches[batch_id]:
+            item = job.items[index]
+            job.verdicts[index] = _lost_verdict(
+                item, job.options, job.attempts[batch_id]
+            )
+        job.items_done += len(job.batches[batch_id])
+        job.batches_left -= 1

@@ -1,0 +1,166 @@
+"""The sandbox's child process: its grading loop, and the parent's handle on it.
+
+`spawn_child` forks a warm child (see `workers.childproc` for the fork hygiene) under
+RLIMIT_AS; `ChildProcess` is the parent's view: pipes, RSS sampling, kill and reap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import select
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from workers.childproc import FrameBuffer, fork_child, read_frame, write_frame
+from workers.errors import SandboxError
+from workers.models import GradeOptions, Status, Verdict
+
+__all__ = ["ChildProcess", "GradeFn", "death_status", "spawn_child"]
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+_EXIT_MEMORY = 86  # the child's exit status when a MemoryError escaped its loop
+
+
+class GradeFn(Protocol):
+    """The grading function run inside the child (`workers.verifier.grade`)."""
+
+    def __call__(
+        self, response: str, gold: str, *, options: GradeOptions | None = None
+    ) -> Verdict: ...
+
+
+# --- in the child (after fork_child's hygiene) ---
+
+
+def _child_grade(
+    grade_fn: GradeFn, response: str, gold: str, options: GradeOptions
+) -> dict[str, Any]:
+    try:
+        return {"v": grade_fn(response, gold, options=options).to_dict()}
+    except MemoryError:
+        return {"mem": True}
+    except Exception as exc:  # a grader bug becomes an `error` verdict, not a crash
+        return {"exc": type(exc).__name__}
+
+
+def _child_loop(req_fd: int, resp_fd: int, grade_fn: GradeFn, as_bytes: int) -> int:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = as_bytes if hard == resource.RLIM_INFINITY else min(hard, as_bytes)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        while (request := read_frame(req_fd)) is not None:
+            options = GradeOptions.from_dict(request["o"])
+            if len(request["items"]) > 1:  # received: deaths from here are an item's
+                write_frame(resp_fd, {"ack": len(request["items"])})
+            for response, gold in request["items"]:
+                write_frame(resp_fd, _child_grade(grade_fn, response, gold, options))
+    except MemoryError:
+        return _EXIT_MEMORY
+    except BrokenPipeError:  # the parent went away
+        return 0
+    return 0
+
+
+def _self_size_bytes() -> tuple[int, int]:
+    """(virtual size, resident set) of this process, in bytes."""
+    with open("/proc/self/statm", "rb") as f:
+        fields = f.read().split()
+    return int(fields[0]) * _PAGE_BYTES, int(fields[1]) * _PAGE_BYTES
+
+
+# --- in the parent ---
+
+
+@dataclass(slots=True, kw_only=True)
+class ChildProcess:
+    """The parent's handle on one sandbox child."""
+
+    pid: int
+    req_fd: int
+    resp_fd: int
+    statm_fd: int
+    rss_cap_bytes: int
+    poller: Any
+    buffer: FrameBuffer = field(default_factory=FrameBuffer)
+    items_done: int = 0
+
+    def rss_bytes(self) -> int:
+        try:
+            return int(os.pread(self.statm_fd, 128, 0).split()[1]) * _PAGE_BYTES
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def exited(self) -> bool:
+        """True (and reaped, fds closed) if the child is already gone."""
+        try:
+            pid, _status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid = self.pid
+        if pid == 0:
+            return False
+        self._close_fds()
+        return True
+
+    def kill_and_reap(self) -> int:
+        """SIGKILL (if still running), reap, close our fds; returns the wait status."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        return self.reap()
+
+    def reap(self) -> int:
+        try:
+            _pid, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:  # already reaped (SIGCHLD ignored by the embedder)
+            status = 0
+        self._close_fds()
+        return status
+
+    def _close_fds(self) -> None:
+        for fd in (self.req_fd, self.resp_fd, self.statm_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def spawn_child(
+    grade_fn: GradeFn, item_memory_bytes: int, as_headroom: int
+) -> ChildProcess:
+    """Fork a child running `grade_fn`, capped at this process's size + headroom."""
+    vm_bytes, rss_bytes = _self_size_bytes()
+    as_bytes = vm_bytes + as_headroom
+    pid, req_fd, resp_fd = fork_child(
+        lambda req, resp: _child_loop(req, resp, grade_fn, as_bytes)
+    )
+    try:
+        statm_fd = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
+    except OSError as exc:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise SandboxError(f"cannot watch sandbox child {pid}: {exc}") from exc
+    poller = select.poll()
+    poller.register(resp_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return ChildProcess(
+        pid=pid,
+        req_fd=req_fd,
+        resp_fd=resp_fd,
+        statm_fd=statm_fd,
+        rss_cap_bytes=rss_bytes + item_memory_bytes,
+        poller=poller,
+    )
+
+
+def death_status(status: int) -> tuple[Status, str]:
+    """The verdict status and reason for a child that died with wait `status`."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return Status.ERROR, f"sandbox child killed by {name}"
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+    if code == _EXIT_MEMORY:
+        return Status.MEMORY_LIMIT, "sandbox child ran out of memory (RLIMIT_AS)"
+    return Status.ERROR, f"sandbox child exited with status {code}"
