@@ -12,8 +12,18 @@ Policies:
     Rounded decimals: see `workers.verifier.rounding`.
     Labels: ``x = 5`` answers gold ``5`` (and gold ``x = 5`` accepts ``5``) only when
     the left side names a quantity; ``3 = 3`` is a relation and matches no value.
-    Collections: tuples are ordered; sets and bare comma lists are unordered and ignore
-    repeats; ``(a, b)`` is a point or an open interval, never ``[a, b]``.
+    Assignments repeating their labels in one order (``p=5,q=2;p=7,q=2``) answer
+    the list of tuples ``(5,2),(7,2)``.
+    Collections: tuples are ordered; sets and bare comma lists are unordered. A
+    gold list that repeats a part (``1, 1, 2``: roots with multiplicity) is a
+    multiset and needs every repeat (``1, 2`` is wrong); otherwise repeats in the
+    answer add nothing and count once (a solution listed twice, as Math-Verify);
+    a gold set always ignores repeats. A list against one value is
+    right only when every part equals it (one answer restated in two forms).
+    ``(a, b)`` is a point or an open interval, never ``[a, b]``.
+    Decimal comma: a bare ``2,74`` (no space, not a thousands group; ``0,111`` is
+    never 111) is a list of two numbers or the decimal 2.74; against a single value
+    either reading may match, against a collection only the list reading counts.
     Choices and text: one capital letter is a choice (``B`` = ``(B)`` = ``\text{(B)}``);
     text answers compare case-insensitively word by word.
 """
@@ -23,14 +33,17 @@ from __future__ import annotations
 from fractions import Fraction
 
 from workers.models import VerifyMethod
-from workers.verifier.nodes import Node, render
+from workers.verifier.nodes import Node, Refused, num, render
 from workers.verifier.outcome import Outcome
 from workers.verifier.rounding import rounded_match
 from workers.verifier.structures import (
+    MAX_PARTS,
     as_interval,
     expand_pm,
+    has_repeats,
     is_choice,
     matrix_value,
+    regroup_assignments,
     strip_label,
     unordered,
 )
@@ -80,14 +93,14 @@ class _Comparer:
     def run(self, pred: Node, gold: Node) -> Outcome:
         pred, gold = _unwrap_membership(pred), _unwrap_membership(gold)
         if not _has_relation(gold):
-            pred = strip_label(pred)
+            pred = strip_label(regroup_assignments(pred))
         if not _has_relation(pred):
-            gold = strip_label(gold)
+            gold = strip_label(regroup_assignments(gold))
         return self.any_form(pred, gold)
 
     def any_form(self, pred: Node, gold: Node) -> Outcome:
         """Try the alternative readings of percent and ± before comparing."""
-        pred_forms, gold_forms = _readings(pred), _readings(gold)
+        pred_forms, gold_forms = _readings(pred, gold), _readings(gold, pred)
         last = Outcome(False, VerifyMethod.NONE)
         for p in pred_forms:
             for g in gold_forms:
@@ -115,6 +128,8 @@ class _Comparer:
 
     # -- structures -------------------------------------------------------------
     def structure(self, pred: Node, gold: Node) -> Outcome:
+        if pred.kind == "list" and not pred.text and not _is_structure(gold):
+            return self.restated(pred.kids, gold)
         if gold.kind == "ratio" or pred.kind == "ratio":
             if gold.kind != pred.kind:
                 return Outcome(
@@ -131,8 +146,22 @@ class _Comparer:
         if gold.kind in _ORDERED and pred.kind in _ORDERED | _UNORDERED:
             return self.ordered(pred.kids, gold.kids)
         if gold.kind in _UNORDERED and pred.kind in _ORDERED | _UNORDERED:
-            return self.unordered(pred.kids, gold.kids)
+            return self.unordered(pred, gold)
         return Outcome(False, VerifyMethod.STRUCTURAL, "different kinds of answer")
+
+    def restated(self, parts: tuple[Node, ...], gold: Node) -> Outcome:
+        """A list against one value: right only if every part is that value.
+
+        (`15\frac{39}{40}, \frac{639}{40}`: one answer in two forms.)
+        """
+        if len(parts) > MAX_PARTS:
+            raise Refused(f"more than {MAX_PARTS} parts")
+        results = [self.any_form(part, gold).same for part in parts]
+        if all(results):
+            return Outcome(True, VerifyMethod.STRUCTURAL, "every part is the answer")
+        if False in results:
+            return Outcome(False, VerifyMethod.STRUCTURAL, "different kinds of answer")
+        return Outcome(None, VerifyMethod.STRUCTURAL)
 
     def ordered(self, pred: tuple[Node, ...], gold: tuple[Node, ...]) -> Outcome:
         if len(pred) != len(gold):
@@ -145,8 +174,14 @@ class _Comparer:
             undecided = undecided or out.same is None
         return Outcome(None if undecided else True, VerifyMethod.STRUCTURAL)
 
-    def unordered(self, pred: tuple[Node, ...], gold: tuple[Node, ...]) -> Outcome:
-        same = unordered(pred, gold, lambda p, g: self.any_form(p, g).same)
+    def unordered(self, pred: Node, gold: Node) -> Outcome:
+        multiset = gold.kind != "set" and has_repeats(gold.kids)
+        same = unordered(
+            pred.kids,
+            gold.kids,
+            lambda p, g: self.any_form(p, g).same,
+            multiset=multiset,
+        )
         return Outcome(same, VerifyMethod.STRUCTURAL, "" if same else "parts differ")
 
     def intervals(self, pred: Node, gold: Node) -> Outcome:
@@ -227,11 +262,20 @@ def _is_plain_number(node: Node) -> bool:
     return node.kind == "num"
 
 
-def _readings(node: Node) -> list[Node]:
+def _readings(node: Node, other: Node) -> list[Node]:
     if node.kind == "pct":
         return [node, node.kids[0]]
+    if node.text.startswith("comma:") and not _is_structure(other):
+        return [node, _decimal(node.text.removeprefix("comma:"))]
     expanded = expand_pm(node)
     return [node] if expanded is None else [expanded]
+
+
+def _decimal(literal: str) -> Node:
+    """The number a decimal-comma literal (`-2.74`, from `-2,74`) denotes."""
+    digits = literal.lstrip("-")
+    node = num(Fraction(digits), digits)
+    return Node("neg", (node,)) if literal.startswith("-") else node
 
 
 def _unwrap_membership(node: Node) -> Node:

@@ -8,18 +8,21 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
    ``format_valid`` is false (the answer sits inside the reasoning).
 2. Explicit markers (a tag, then a line, beats a box only when it comes after it):
    - the last ``\\boxed{...}`` / ``\\fbox{...}`` (brace-depth aware; ``\\boxed 5``
-     takes the next token). Earlier boxes never count or merge. An empty last box
+     takes the next token). Earlier boxes count only when joined to the last one
+     by connectors alone (`\\boxed{1} and \\boxed{2}` is the list `1, 2`; any
+     other word breaks the chain, see `boxchain`). An empty last box
      gives no answer (no fallback). A truncated last box (``\\boxed{4`` at the end)
      is not a box: the search falls through and ``format_valid`` is false;
    - ``<answer>...</answer>``: its content is searched with these same rules; a box
      inside it is reported as ``boxed``, anything else as ``answer_tag``;
    - an ``Answer: x`` line (``ANSWER:``, ``**Answer:**``, ``Final Answer:``, a
      ``Final Answer`` heading over the answer, ``Final Answer:`` mid-line) or a
-     GSM8K ``A: 18`` last line.
+     GSM8K ``A: 18`` or ``#### 18`` last line.
 3. Fallbacks, ``format_valid`` false: "the final answer is X" / "the answer is X" /
    "the result is X" (``final_answer_phrase``); then, reported as ``last_number``,
    a math span closing the text (``so $x \\ge 5$.``), a whole response that is one
    short expression (``x+1``), and the last number not glued to a word.
+   Full-width digits (``１２３``) are read as ASCII digits by the fallbacks.
 
 `extract_gold` reads ``#### 18``, then boxes (the last one, or all of them joined
 when the gold is only a list of boxes), then answer lines and phrases, then the
@@ -31,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workers.models import ExtractionMethod
+from workers.verifier.boxchain import box_chain
 from workers.verifier.prose import (
     MAX_BARE_ANSWER_CHARS,
     UNMARKED_FINDERS,
@@ -57,6 +61,18 @@ _PROSE_METHODS = (
     ExtractionMethod.FINAL_ANSWER_PHRASE,
 )
 _END_OF_TURN = (*SPECIAL_TOKENS, "<|im_start|>", "<｜end▁of▁sentence｜>")
+# Full-width and mathematical digits (and full-width . , / -) as ASCII, so that the
+# unmarked fallbacks, which scan for ASCII digits, see `１２３` (one linear pass).
+_WIDE_DIGITS = str.maketrans(
+    {
+        **{chr(0xFF10 + d): str(d) for d in range(10)},
+        **{chr(0x1D7CE + i): str(i % 10) for i in range(50)},
+        "．": ".",
+        "，": ",",
+        "／": "/",
+        "－": "-",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,7 +186,7 @@ def _extract_from(text: str) -> Extraction:
             reason="answer line",
         )
     elif valid_box is not None:
-        return _from_box(valid_box)
+        return _from_box(valid_box, text)
     else:
         found = _fallbacks(text)
     if box is not None and box.problem:
@@ -184,14 +200,18 @@ def _extract_from(text: str) -> Extraction:
     return found
 
 
-def _from_box(box: Box) -> Extraction:
+def _from_box(box: Box, text: str) -> Extraction:
     if box.content is None:
         return _none(f"empty {marker_name(box.method)}{{}}")
+    chained = box_chain(text, box)
+    reason = f"last {marker_name(box.method)}{{}}"
+    if len(chained) > 1:
+        reason = f"{len(chained)} boxes joined by connectors, read as a list"
     return Extraction(
-        answer=box.content,
+        answer=", ".join(chained),
         method=box.method,
         format_valid=True,
-        reason=f"last {marker_name(box.method)}{{}}",
+        reason=reason,
     )
 
 
@@ -219,6 +239,7 @@ def _fallbacks(text: str) -> Extraction:
     one short expression (`x+1`) is reported as `last_number`: the nearest method
     name for "the last value written", and equally unmarked.
     """
+    text = text.translate(_WIDE_DIGITS)
     phrase = phrase_answer(text)
     if phrase is not None:
         return Extraction(

@@ -58,7 +58,8 @@ _RE_SPACED_COMMA = re.compile(r"(?<=\d),\\[!,]\s*(?=\d{3})")
 _RE_THIN_SPACE = re.compile(r"(?<=\d)\\[,!;:]\s*(?=\d{3})")
 _RE_REPEATING = re.compile(r"(\d*)\.(\d*)\\overline\s*\{?(\d{1,20})\}?")
 _RE_SPACE_THOUSANDS = re.compile(r"-?\d{1,3}(?: \d{3})+(?:\.\d+)?")
-_RE_COMMA_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+# A leading group of 0 is never a thousands group: `0,111` is not 111.
+_RE_COMMA_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:,\d{3})+(?![\d,])")
 _RE_SPACES = re.compile(r"\s+")
 _RE_LEADING_REL = re.compile(r"^(?:=|\\approx|:)\s*")  # "= 5", "\approx 3.14"
 # Doubled backslashes before a command (``\\\\left(``) come from over-escaped strings.

@@ -27,6 +27,8 @@ _RE_PLAIN_INT = re.compile(r"-?\d{1,30}")
 _RE_PLAIN_DEC = re.compile(r"-?\d{0,30}\.\d{1,30}")
 _RE_PLAIN_FRAC = re.compile(r"(-?\d{1,30})/(\d{1,30})")
 _RE_LATEX_FRAC = re.compile(r"(-?)\\[dt]?frac\{(\d{1,30})\}\{(\d{1,30})\}")
+# `2,74`: two numbers or a decimal comma (thousands groups are merged by now).
+_RE_DECIMAL_COMMA = re.compile(r"-?\d{1,30},\d{1,30}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,8 @@ def parse_answer(text: str) -> Parsed:
         return Parsed(fast, render(fast))
     try:
         _check_size(text)
-        node = parse_text(normalize(text))
+        normalized = normalize(text)
+        node = _mark_decimal_comma(parse_text(normalized), normalized)
         exact_value(node)  # bounds every power, factorial and magnitude up front
     except Refused as exc:
         return Parsed(None, None, str(exc))
@@ -110,6 +113,16 @@ def _fast_number(text: str) -> Node | None:
         node = Node("div", (num(int(match.group(2))), num(int(match.group(3)))))
         return Node("neg", (node,)) if match.group(1) else node
     return None
+
+
+def _mark_decimal_comma(node: Node, normalized: str) -> Node:
+    """Tag `2,74` (no space) with its decimal-comma reading: `(list:comma:2.74 2 74)`.
+
+    The comparison tries that reading only against a single value (see `compare`).
+    """
+    if node.kind != "list" or _RE_DECIMAL_COMMA.fullmatch(normalized) is None:
+        return node
+    return Node("list", node.kids, text="comma:" + normalized.replace(",", "."))
 
 
 def _check_size(text: str) -> None:

@@ -40,11 +40,16 @@ _ANSWER_LINE = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _ANSWER_HEADING = re.compile(r"[\s>*#_]*final\s+answer[\s*_:：]*", re.IGNORECASE)
-_GSM8K_LINE = re.compile(r"[ \t]*A[ \t]*:[ \t]*(?P<rest>.+)", re.DOTALL)
+# `A: 18`, or `#### 18` (GSM8K's own answer line; a `#### Step 2` heading is not one).
+_GSM8K_LINE = re.compile(
+    r"[ \t]*(?:A[ \t]*:|####(?!#)(?=[ \t]*[-+$\\.\d(]))[ \t]*(?P<rest>.+)", re.DOTALL
+)
 _NEXT_LINE = re.compile(r"\s*(\S[^\n]*)")
 # Letter runs allowed in a bare answer; any other run of two or more letters that is
 # not a LaTeX command (`\\frac`) marks the text as prose.
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+# Two or more non-ASCII, non-Greek letters in a row (`答案是`, `Ответ`) are words.
+_FOREIGN_WORD = re.compile(r"[^\W\d_A-Za-z\u0370-\u03ff]{2,}")
 _BARE_WORDS = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi"})
 _PHRASES = ("final answer is", "answer is", "result is")
 _MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
@@ -82,7 +87,7 @@ def answer_line(text: str, *, allow_gsm8k: bool) -> tuple[str, int] | None:
 
 
 def _gsm8k_last_line(text: str) -> tuple[str, int] | None:
-    """`A: 18` as the last non-empty line (GSM8K's example solutions)."""
+    """`A: 18` or `#### 18` as the last non-empty line (GSM8K's solutions)."""
     body = text.rstrip()
     start = body.rfind("\n") + 1
     match = _GSM8K_LINE.match(body, start)
@@ -215,7 +220,7 @@ def bare_answer(text: str) -> str | None:
     body = text.strip()
     if len(body) > MAX_BARE_ANSWER_CHARS or "\n" in body:
         return None
-    if "boxed" in body or "fbox" in body:
+    if "boxed" in body or "fbox" in body or _FOREIGN_WORD.search(body):
         return None
     words = (match.group() for match in _PROSE_WORD.finditer(body))
     if any(word not in _BARE_WORDS for word in words):
@@ -232,10 +237,15 @@ def last_number(text: str) -> str | None:
             return None
         head = text[: last + 1]
         start = len(head.rstrip(_NUMBER_CHARS))
-        if not is_letter_at(text, start - 1):
+        if not _glued_to_word(text, start - 1):
             return _number_token(text, start, head[start:])
         end = start  # `H2O`, `AZYUK2A`: part of a word, look further back
     return None
+
+
+def _glued_to_word(text: str, index: int) -> bool:
+    """An ASCII letter before a number (`H2O`); CJK text runs into numbers freely."""
+    return is_letter_at(text, index) and text[index].isascii()
 
 
 def _number_token(text: str, start: int, token: str) -> str | None:

@@ -34,7 +34,8 @@ MAX_BOX_SEARCH_CHARS = 10_000
 
 _BOX_MARKERS = (("\\boxed", ExtractionMethod.BOXED), ("\\fbox", ExtractionMethod.FBOX))
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
-_GAP_DELIMITERS = ("$", "\\(", "\\)", "\\[", "\\]", "\\qquad", "\\quad", "\\text")
+# A lone backslash (replaced last) is what an over-escaped `\\boxed` leaves in a gap.
+_GAP_DELIMITERS = ("$", "\\(", "\\)", "\\[", "\\]", "\\qquad", "\\quad", "\\text", "\\")
 _GAP_WORDS = frozenset({"and", "or", "&", "{and}", "{or}", "{", "}"})
 _WRAPPERS = (
     ("$$", "$$"),
@@ -57,6 +58,7 @@ class Box:
     method: ExtractionMethod
     end: int
     problem: str = ""  # "truncated" or "malformed": not a box at all
+    start: int = -1  # offset of the `\\boxed`/`\\fbox` command (-1 when unknown)
 
 
 def marker_name(method: ExtractionMethod) -> str:
@@ -78,16 +80,17 @@ def last_box(text: str) -> Box | None:
     while start < len(text) and text[start] in " \t":
         start += 1
     if start < len(text) and text[start] == "{":
-        return read_group(text, start + 1, best_method)
+        group = read_group(text, start + 1, best_method)
+        return Box(group.content, best_method, group.end, group.problem, best)
     token_end = start
     while token_end < len(text) and not text[token_end].isspace():
         token_end += 1
     token = clean(text[start:token_end].split("$", 1)[0])
     if token is None:  # `\boxed` at the very end: cut off before its answer
-        return Box(None, best_method, token_end, problem="truncated")
+        return Box(None, best_method, token_end, "truncated", best)
     if not (token[0].isalnum() or token[0] in "-.\\"):  # `\boxed}5{`
-        return Box(None, best_method, token_end, problem="malformed")
-    return Box(content=token, method=best_method, end=token_end)
+        return Box(None, best_method, token_end, "malformed", best)
+    return Box(token, best_method, token_end, "", best)
 
 
 def is_letter_at(text: str, index: int) -> bool:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 from workers.verifier.nodes import Node, Refused, render
 
 __all__ = [
+    "MAX_PARTS",
     "as_interval",
     "expand_pm",
+    "has_repeats",
     "is_choice",
     "is_label",
     "reduce_chain",
+    "regroup_assignments",
     "strip_label",
     "unordered",
 ]
@@ -46,7 +50,7 @@ def strip_label(node: Node) -> Node:
     item by item. Anything else (``3 = 3``, ``2x + z = 1``) is returned unchanged.
     """
     if node.kind == "list":
-        return Node("list", tuple(strip_label(k) for k in node.kids))
+        return Node("list", tuple(strip_label(k) for k in node.kids), text=node.text)
     reduced = reduce_chain(node)
     if reduced is None:
         return node
@@ -65,6 +69,30 @@ def reduce_chain(node: Node) -> tuple[Node, Node] | None:
         cut = ops.index("~")
         terms = terms[: cut + 1] if cut > 0 else terms[:2]
     return terms[0], terms[-1]
+
+
+def regroup_assignments(node: Node) -> Node:
+    """``p=5, q=2; p=7, q=2`` becomes the list of tuples ``(5, 2), (7, 2)``.
+
+    Only a list of label equations whose labels repeat in one fixed order, at least
+    twice (``p, q, p, q``); anything else is returned unchanged.
+    """
+    if node.kind != "list":
+        return node
+    chains = [reduce_chain(kid) for kid in node.kids]
+    pairs = [chain for chain in chains if chain is not None]
+    if len(pairs) != len(node.kids):
+        return node
+    labels = [render(label) for label, _ in pairs]
+    size = labels.index(labels[0], 1) if labels.count(labels[0]) > 1 else 0
+    if size < 2 or len(set(labels[:size])) != size or len(labels) % size:
+        return node
+    if labels != labels[:size] * (len(labels) // size):
+        return node
+    kind = "pair" if size == 2 else "tuple"
+    values = [value for _, value in pairs]
+    groups = (tuple(values[i : i + size]) for i in range(0, len(values), size))
+    return Node("list", tuple(Node(kind, group) for group in groups))
 
 
 def expand_pm(node: Node) -> Node | None:
@@ -131,6 +159,8 @@ def _inequality_interval(node: Node) -> list[Node] | None:
     ops = node.text.split(",")
     if any(op not in {"<", "<="} for op in ops):
         return None
+    if any(_is_abs_variable(kid) for kid in node.kids):
+        return _abs_band(node, ops)
     inf = Node("sym", text="oo")
     if len(ops) == 2 and node.kids[1].kind in _VARIABLE_KINDS:
         lo, hi = node.kids[0], node.kids[2]
@@ -146,13 +176,51 @@ def _inequality_interval(node: Node) -> list[Node] | None:
     return [Node("interval", (lo, hi), text=shape)]
 
 
+def _is_abs_variable(node: Node) -> bool:
+    return node.kind == "abs" and node.kids[0].kind in _VARIABLE_KINDS
+
+
+def _abs_band(node: Node, ops: list[str]) -> list[Node] | None:
+    """``a <= |z| <= b`` as ``[-b, -a] U [a, b]`` (and ``|z| < b`` as ``(-b, b)``).
+
+    Only for exact constant bounds with ``0 <= a < b``; anything else is None.
+    """
+    from workers.verifier.values import exact_value
+
+    kids = node.kids
+    if len(ops) == 1 and _is_abs_variable(kids[0]):
+        lo, hi, lo_op, hi_op = Node("num", value=Fraction(0)), kids[1], "<=", ops[0]
+    elif len(ops) == 2 and _is_abs_variable(kids[1]):
+        lo, hi, lo_op, hi_op = kids[0], kids[2], ops[0], ops[1]
+    else:
+        return None
+    lo_val, hi_val = exact_value(lo), exact_value(hi)
+    if lo_val is None or hi_val is None or not 0 <= lo_val < hi_val:
+        return None
+    outer = ("[", "]") if hi_op == "<=" else ("(", ")")
+    if lo_val == 0 and lo_op == "<=":
+        return [Node("interval", (Node("neg", (hi,)), hi), text="".join(outer))]
+    inner = ("]", "[") if lo_op == "<=" else (")", "(")
+    return [
+        Node("interval", (Node("neg", (hi,)), Node("neg", (lo,))), outer[0] + inner[0]),
+        Node("interval", (lo, hi), text=inner[1] + outer[1]),
+    ]
+
+
 def unordered(
     pred: Sequence[Node],
     gold: Sequence[Node],
     same: Callable[[Node, Node], bool | None],
+    *,
+    multiset: bool = False,
 ) -> bool | None:
-    """Match two collections as sets with `same` (None: a pair was undecidable)."""
-    pred, gold = _distinct(pred), _distinct(gold)
+    """Match two collections, ignoring order, with `same` (None: undecidable).
+
+    As sets repeated parts count once; as multisets (`multiset=True`) every part
+    must be matched by its own part on the other side (`1, 1, 2` is not `1, 2`).
+    """
+    if not multiset:
+        pred, gold = _distinct(pred), _distinct(gold)
     if len(pred) != len(gold):
         return False
     if len(gold) > MAX_PARTS:
@@ -169,6 +237,11 @@ def unordered(
         else:
             return None if undecided else False
     return True
+
+
+def has_repeats(nodes: Sequence[Node]) -> bool:
+    """Whether some part is written twice (same canonical form)."""
+    return len(_distinct(nodes)) < len(nodes)
 
 
 def _distinct(nodes: Sequence[Node]) -> list[Node]:

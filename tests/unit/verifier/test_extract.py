@@ -40,7 +40,8 @@ CASES: list[tuple[str, str, str | None, M, bool]] = [
     ("s002-empty-box-spaces", r"So \boxed{  }", None, NONE, False),
     ("s002-malformed-close-first", r"\boxed}5{", "5", NUMBER, False),
     ("s002-multiple-markers", "Answer: 3\n\\boxed{4}", "4", BOXED, True),
-    ("s002-three-boxes", r"\boxed{1} \boxed{2} \boxed{3}", "3", BOXED, True),
+    # boxes joined by nothing but connectors are one list answer (see boxchain)
+    ("s002-three-boxes", r"\boxed{1} \boxed{2} \boxed{3}", "1, 2, 3", BOXED, True),
     ("s002-choice", r"\boxed{B}", "B", BOXED, True),
     ("s002-choice-answer-line", "Answer: (B)", "(B)", LINE, True),
     ("s002-gsm8k-line", "16 - 3 - 4 = <<16-3-4=9>>9\nA: 18", "18", LINE, True),
