@@ -53,6 +53,11 @@ _RE_WRAPPER = re.compile(
     r"|operatorname\*?|hbox|emph)\s*(?=\{)"
 )
 _RE_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\^\s*\{\s*o\s*\}")
+# Inside a trig argument a degree is pi/180 (`\sin 30^\circ` = 1/2); elsewhere it is a
+# unit and dropped like one (`90^\circ` answers gold `90`, and never `\pi/2`).
+_RE_TRIG = re.compile(r"(?<![a-zA-Z])(?:sin|cos|tan|sec|csc|cot)(?![a-zA-Z])")
+# The real line is the interval it names (before NFKC, which folds ℝ into a plain R).
+_RE_REALS = re.compile(r"\\mathbb\s*\{\s*R\s*\}|\\mathbb\s+R(?![a-zA-Z])|ℝ")
 _RE_GROUP_COMMA = re.compile(r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d{3})")
 _RE_SPACED_COMMA = re.compile(r"(?<=\d),\\[!,]\s*(?=\d{3})")
 _RE_THIN_SPACE = re.compile(r"(?<=\d)\\[,!;:]\s*(?=\d{3})")
@@ -90,13 +95,14 @@ def normalize(text: str) -> str:
         s = s.replace(bad, fixed)
     s = _RE_DOUBLED.sub(r"\\", s)
     s = _RE_SUPER.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", s)
+    s = _RE_REALS.sub(r"(-\\infty,\\infty)", s)
     s = unicodedata.normalize("NFKC", s)
     s = _RE_ROOT_DIGITS.sub(r"\\sqrt{\1}", s)
     s = _RE_UNICODE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = _RE_GROUP_COMMA.sub("", s)
     s = _RE_SPACED_COMMA.sub("", s)
     s = _RE_THIN_SPACE.sub("", s)
-    s = _RE_DEGREE.sub(" ", s)
+    s = _RE_DEGREE.sub(r" \\circ " if _RE_TRIG.search(s) else " ", s)
     s = s.replace("\\\\", "\x03").replace(r"\%", "%")
     s = s.replace(r"\{", "\x01").replace(r"\}", "\x02")
     s = _RE_LAYOUT.sub(" ", s)

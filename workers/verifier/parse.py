@@ -26,6 +26,10 @@ _COPULAS = frozenset({"is", "are", "be", "equals"})
 _MUL_OPS = {"*", "times", "cdot"}
 _DIV_OPS = {"/", "div"}
 _IMPLICIT_START = {"num", "id", "cmd"}
+# Operators a text answer may hold: brackets, separators, connectors (`A and B`).
+_TEXT_PUNCTUATION = frozenset({"(", ")", "[", "]", "{", "}", ",", ";", ":", "'"})
+_TEXT_PUNCTUATION |= {"and", "or"}
+_WORDISH = frozenset({"word", "id"})
 
 
 def parse_text(text: str) -> Node:
@@ -99,9 +103,16 @@ def _map_word(tok: Token) -> Token:
 
 
 def _is_text_answer(tokens: list[Token]) -> bool:
+    """Words with punctuation only: a sign or operator (``-\text{odd}``) is math."""
     kinds = [t.kind for t in tokens]
     if "num" in kinds or "cmd" in kinds or "word" not in kinds:
         return False
+    for k, tok in enumerate(tokens):
+        if tok.kind == "op" and tok.text not in _TEXT_PUNCTUATION:
+            hyphen = tok.text == "-" and 0 < k < len(tokens) - 1
+            words = hyphen and {tokens[k - 1].kind, tokens[k + 1].kind} <= _WORDISH
+            if not words:  # `non-negative`, `x-axis` are words; `-odd` is not
+                return False
     return kinds.count("word") >= kinds.count("id")
 
 

@@ -14,6 +14,7 @@ MAX_DEPTH = 150
 MAX_MATRIX_CELLS = 100
 _CALLABLE_LETTERS = frozenset("fghFGHPQ")
 _CONSTANTS = {"pi": "pi", "infty": "oo", "infin": "oo", "emptyset": "EmptySet"}
+_DEGREE = Node("div", (Node("sym", text="pi"), num(180)))
 _GREEK = frozenset(
     {"alpha", "beta", "gamma", "theta", "lambda", "mu", "phi", "omega", "sigma",
      "tau", "rho", "delta", "epsilon"}
@@ -80,6 +81,9 @@ class AtomParser:
             elif tok == Token("op", "%"):
                 self.advance()
                 node = Node("pct", (node,))
+            elif tok == Token("cmd", "circ"):  # degrees in a trig argument
+                self.advance()
+                node = Node("mul", (node, _DEGREE))
             elif tok.kind == "word":
                 self._skip_unit()
             else:

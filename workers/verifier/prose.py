@@ -56,6 +56,7 @@ _MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
 _NUMBER_CHARS = "0123456789.,/"
 _DIGITS = "0123456789"
+_LIST_STARTS = frozenset("0123456789$\\-(")
 
 
 def answer_line(text: str, *, allow_gsm8k: bool) -> tuple[str, int] | None:
@@ -167,12 +168,16 @@ def phrase_answer(text: str) -> str | None:
 
 
 def _first_sentence(tail: str) -> str:
-    """Cut the tail at a math span's end, a newline, or a sentence-ending period."""
+    """Cut the tail at a math span's end, a newline, or a sentence-ending period.
+
+    A comma, "or" or "and" followed by more math (`is $5$ or $6$`, `is 5, 6`) does
+    not end the answer: the whole list is the answer (a hedge is never one value).
+    """
     for opener, closer in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if tail.startswith(opener):
-            end = tail.find(closer, len(opener))
-            if end >= 0:
-                return tail[: end + len(closer)]
+            end = tail.find(closer, len(opener)) + len(closer)
+            if end >= len(closer) and not _more_math(tail, end):
+                return tail[:end]
     depth = 0
     for index, char in enumerate(tail):
         if char in "([{":
@@ -182,8 +187,19 @@ def _first_sentence(tail: str) -> str:
         elif char == "\n" or (
             depth <= 0 and char in ".,;" and tail[index + 1 : index + 2] in (" ", "")
         ):
+            if char == "," and _more_math(tail, index + 1):
+                continue
             return tail[:index]
     return tail
+
+
+def _more_math(tail: str, index: int) -> bool:
+    """Whether `tail[index:]` continues a list: `, 6`, ` or $6$`, `, and 7`."""
+    rest = tail[index : index + 40].lstrip(" ,")
+    for word in ("or ", "and "):
+        if rest.startswith(word):
+            rest = rest[len(word) :].lstrip()
+    return rest[:1] in _LIST_STARTS and rest[:1] != ""
 
 
 def closing_math(text: str) -> str | None:

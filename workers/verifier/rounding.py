@@ -3,10 +3,13 @@
 Policy: let one side be a written decimal D with d >= 1 digits after the point and the
 other side an exact value X that has no finite decimal expansion (1/3, sqrt(2), pi; if X
 terminates, like 1/8 = 0.125, D must equal it exactly). D matches X when it shows at
-least 2 significant digits and |D - X| <= 0.5 * 10**-d (X correctly rounded to the
-digits shown), or when
-|D - X| <= rel_tol * |X|. Two written decimals must be equal exactly. All arithmetic is
-exact (Fraction); irrational X is evaluated to 60 significant digits.
+least 3 significant digits, or 2 significant digits and 2 decimals (the usual "to the
+nearest hundredth"), and |D - X| <= 0.5 * 10**-d (X correctly rounded to the digits
+shown): ``3.14``, ``0.33`` and ``31.4`` (10 pi) count; ``3.1`` for pi and ``0.3`` for
+1/3 are too coarse to reward. When D is the *prediction*, |D - X| <= rel_tol * |X| also
+matches; a rounded *gold* is held to its own digits (an exact 1/3 does not match gold
+``0.333333333333333314829616256247``). Two written decimals must be equal exactly. All
+arithmetic is exact (Fraction); irrational X is evaluated to 60 significant digits.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from workers.verifier.values import decimal_places
 __all__ = ["rounded_match"]
 
 _EVAL_DIGITS = 60
-MIN_SIGNIFICANT = 2
+MIN_SIGNIFICANT = 3
+# ... or this many significant digits with at least `MIN_PLACES` decimals.
+MIN_SIGNIFICANT_AT_PLACES = 2
+MIN_PLACES = 2
 
 
 def rounded_match(
@@ -58,9 +64,17 @@ def rounded_match(
         return False
     error = abs(shown - exact)
     written = pred if p_places is not None else gold
-    if _significant_digits(written) >= MIN_SIGNIFICANT and error * 2 * 10**places <= 1:
+    if _fine_enough(_significant_digits(written), places) and (
+        error * 2 * 10**places <= 1
+    ):
         return True
-    return error <= Fraction(rel_tol) * abs(exact)
+    return p_places is not None and error <= Fraction(rel_tol) * abs(exact)
+
+
+def _fine_enough(significant: int, places: int) -> bool:
+    if significant >= MIN_SIGNIFICANT:
+        return True
+    return significant >= MIN_SIGNIFICANT_AT_PLACES and places >= MIN_PLACES
 
 
 def _evaluate(node: Node) -> Fraction | None:

@@ -29,7 +29,7 @@ _COMMANDS = FUNCTIONS | {
     "cup", "in", "begin", "end", "{", "}", "|", "vert", "lvert", "rvert", "mid", "e",
     "emptyset", "varnothing", "sim", "equiv", "to", "rightarrow", "implies", "ldots",
     "dots", "cdots", "tfrac", "over", "mathbb", "alpha", "beta", "gamma", "theta",
-    "lambda", "mu", "phi", "omega", "sigma", "tau", "rho", "delta", "epsilon",
+    "lambda", "mu", "phi", "omega", "sigma", "tau", "rho", "delta", "epsilon", "circ",
 }  # fmt: skip
 _UNITS_TWO = frozenset(
     {"cm", "mm", "km", "kg", "mg", "ft", "yd", "mi", "hr", "ml", "pt"}

@@ -123,7 +123,7 @@ def test_compare_near_misses_are_wrong_not_unsupported() -> None:
 @pytest.mark.parametrize(
     ("answer", "gold", "correct"),
     [
-        ("0.33", r"\frac13", True),  # correctly rounded, 2 significant digits
+        ("0.33", r"\frac13", True),  # correctly rounded to hundredths
         ("0.333", r"\frac13", True),
         ("0.3333", r"\frac13", True),
         ("0.6667", r"\frac23", True),

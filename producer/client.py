@@ -1,0 +1,264 @@
+"""Send rollouts to the fleet in batches and get every verdict back, in input order.
+
+`GradingClient` publishes `gradefleet.grade_batch` tasks by name (no worker code is
+imported) and reads results straight from Celery's Redis result keys with MGET.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError
+
+from producer.errors import BrokerUnavailableError, InvalidRolloutError
+from producer.job import Batch, GradingJob, Progress
+from workers.contract import (
+    DEFAULT_BATCH_SIZE,
+    GRADE_BATCH,
+    MAX_TEXT_CHARS,
+    QUEUE,
+    batch_to_wire,
+)
+from workers.models import GradeOptions, Verdict
+
+__all__ = [
+    "BrokerUnavailableError",
+    "ClientMetrics",
+    "GradingClient",
+    "GradingJob",
+    "Progress",
+    "Rollout",
+]
+
+# The workers' default per-item deadline; pass `item_timeout_s` if the fleet differs.
+DEFAULT_ITEM_TIMEOUT_S = 5.0
+_PING_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One model output and the gold answer it is graded against."""
+
+    response: str
+    gold: str
+
+
+class ClientMetrics(Protocol):
+    """What the client reports (`workers.metrics.ProducerMetrics` fits)."""
+
+    @property
+    def rollouts_submitted(self) -> Any: ...
+    @property
+    def results_received(self) -> Any: ...
+    @property
+    def batches_resent(self) -> Any: ...
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (for error messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (
+        f":{parts.port}" if parts.port else ""
+    )
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _texts(rollout: object, index: int) -> tuple[str, str]:
+    response: object
+    gold: object
+    if isinstance(rollout, Rollout):
+        response, gold = rollout.response, rollout.gold
+    elif isinstance(rollout, Mapping):
+        response, gold = rollout.get("response"), rollout.get("gold")
+    else:
+        kind = type(rollout).__name__
+        raise InvalidRolloutError(
+            f"rollout {index}: expected Rollout or mapping, got {kind}"
+        )
+    if not isinstance(response, str) or not isinstance(gold, str):
+        raise InvalidRolloutError(f"rollout {index}: response and gold must be strings")
+    if max(len(response), len(gold)) > MAX_TEXT_CHARS:
+        raise InvalidRolloutError(f"rollout {index}: text longer than {MAX_TEXT_CHARS}")
+    return response, gold
+
+
+def validate_rollouts(rollouts: Iterable[object]) -> list[tuple[int, str, str]]:
+    """`(index, response, gold)` for each rollout, or InvalidRolloutError naming one."""
+    return [(i, *_texts(rollout, i)) for i, rollout in enumerate(rollouts)]
+
+
+class GradingClient:
+    """Grade rollouts on a Celery fleet through Redis.
+
+    Args:
+        broker_url: Redis URL of the broker the workers consume.
+        batch_size: rollouts per task.
+        deadline_s: default time limit of a job (None: wait as long as it takes).
+        resend_after_s: a batch with no sign of life (no start, no progress
+            heartbeat) for this long is published again under the same id. Default:
+            4 x item deadline + 30 s; workers heartbeat at least once per item.
+        options: verdict-changing options sent with every batch.
+        result_backend: Redis URL of the result backend (default: the broker).
+        item_timeout_s: the workers' per-item deadline, used for the default above.
+        metrics: optional producer counters.
+
+    Raises:
+        BrokerUnavailableError: the broker or result backend does not answer a ping.
+    """
+
+    def __init__(
+        self,
+        broker_url: str,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        deadline_s: float | None = None,
+        resend_after_s: float | None = None,
+        options: GradeOptions | None = None,
+        result_backend: str | None = None,
+        item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S,
+        metrics: ClientMetrics | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be ≥ 1")
+        self.broker_url = broker_url
+        self.batch_size = batch_size
+        self.deadline_s = deadline_s
+        self.resend_after_s = resend_after_s or 4 * item_timeout_s + 30.0
+        self.options = options or GradeOptions()
+        self._metrics = metrics
+        backend_url = result_backend or broker_url
+        _ping(broker_url)
+        if backend_url != broker_url:
+            _ping(backend_url)
+        self._results = redis.Redis.from_url(backend_url, socket_timeout=10)
+        self._app = _producer_app(broker_url)
+
+    def __enter__(self) -> GradingClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release broker and backend connections."""
+        self._results.close()
+        self._app.close()
+
+    def grade(self, rollouts: Iterable[object]) -> list[Verdict]:
+        """Grade every rollout; verdicts in input order.
+
+        Raises:
+            InvalidRolloutError: a rollout lacks string `response`/`gold` (index given).
+            DeadlinePassedError: `deadline_s` passed; the message lists missing indexes.
+        """
+        return self.submit(rollouts).results()
+
+    def submit(
+        self, rollouts: Iterable[object], *, deadline_s: float | None = None
+    ) -> GradingJob:
+        """Validate, split into batches and publish; returns at once."""
+        triples = validate_rollouts(rollouts)
+        job_id = uuid.uuid4().hex
+        size = self.batch_size
+        batches = [
+            Batch(
+                batch_id=f"{job_id}.{n}",
+                items=tuple(triples[start : start + size]),
+            )
+            for n, start in enumerate(range(0, len(triples), size))
+        ]
+        limit_s = deadline_s if deadline_s is not None else self.deadline_s
+        job = GradingJob(
+            job_id=job_id,
+            batches=batches,
+            total=len(triples),
+            results_client=self._results,
+            publish=self._publish,
+            deadline_at=None if limit_s is None else time.monotonic() + limit_s,
+            resend_after_s=self.resend_after_s,
+            metrics=self._metrics,
+        )
+        self._publish_all(job_id, batches)
+        if self._metrics is not None:
+            self._metrics.rollouts_submitted.inc(len(triples))
+        return job
+
+    def _publish_all(self, job_id: str, batches: Sequence[Batch]) -> None:
+        try:
+            with self._app.producer_or_acquire() as producer:
+                for batch in batches:
+                    self._publish(job_id, batch, producer=producer)
+        except (OperationalError, redis.RedisError, OSError) as exc:
+            url = redact_url(self.broker_url)
+            raise BrokerUnavailableError(f"cannot publish to {url}: {exc}") from exc
+
+    def _publish(self, job_id: str, batch: Batch, *, producer: Any = None) -> None:
+        batch.attempt += 1
+        wire = batch_to_wire(
+            job_id=job_id,
+            batch_id=batch.batch_id,
+            items=batch.items,
+            options=self.options,
+            enqueued_at=time.time(),
+            attempt=batch.attempt,
+        )
+        self._app.send_task(
+            GRADE_BATCH,
+            args=[wire],
+            task_id=batch.batch_id,
+            queue=QUEUE,
+            producer=producer,
+            # Worker logs show ids, not the (large) argument: skips Celery's saferepr.
+            argsrepr="(wire batch)",
+            kwargsrepr="{}",
+        )
+        batch.sent_at = time.monotonic()
+
+
+def _ping(url: str) -> None:
+    client = redis.Redis.from_url(
+        url, socket_connect_timeout=_PING_TIMEOUT_S, socket_timeout=_PING_TIMEOUT_S
+    )
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise BrokerUnavailableError(
+            f"broker unreachable at {redact_url(url)}: {exc}"
+        ) from exc
+    finally:
+        client.close()
+
+
+def _producer_app(broker_url: str) -> Celery:
+    # No result backend here on purpose: Celery's Redis backend would SUBSCRIBE to a
+    # channel per task id; we read result keys ourselves with MGET instead.
+    app = Celery("gradefleet-producer", broker=broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue=QUEUE,
+        broker_connection_retry_on_startup=False,
+        task_publish_retry_policy={
+            "max_retries": 3,
+            "interval_start": 0,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
+        },
+    )
+    return app

@@ -1,0 +1,265 @@
+"""One submitted grading job: polls result keys, re-sends lost batches, keeps order.
+
+Results are read from Celery's Redis result keys with one MGET per poll. A batch that
+shows no sign of life for `resend_after_s` is published again under the same id; the
+first result per index wins, later duplicates are ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from celery.backends.base import KeyValueStoreBackend
+from kombu.exceptions import OperationalError
+
+from producer.errors import DeadlinePassedError, ProducerError
+from workers.contract import results_from_wire
+from workers.errors import InvalidRequestError
+from workers.models import Verdict
+
+__all__ = ["Batch", "GradingJob", "Progress", "format_ranges"]
+
+_KEY_PREFIX = str(KeyValueStoreBackend.task_keyprefix).encode()
+_RUNNING = frozenset({"STARTED", "PROGRESS"})
+_MAX_FAILURES = 3
+_POLL_MIN_S, _POLL_MAX_S = 0.005, 0.02
+_RESEND_CHECK_S = 0.25
+
+
+@dataclass(slots=True, kw_only=True)
+class Batch:
+    """Producer-side state of one batch (mutable; owned by one job)."""
+
+    batch_id: str
+    items: tuple[tuple[int, str, str], ...]
+    attempt: int = 0
+    sent_at: float = 0.0
+    seen_at: float = 0.0
+    payload: bytes | None = None
+    state: str = "PENDING"
+    failures: int = 0
+    resends: int = 0
+    done: bool = False
+    key: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = _KEY_PREFIX + self.batch_id.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How many of a job's rollouts have a verdict."""
+
+    done: int
+    total: int
+
+
+def format_ranges(indexes: list[int], *, limit: int = 20) -> str:
+    """`[0, 1, 2, 5]` -> "0-2, 5" (first `limit` ranges, then a count)."""
+    ranges: list[str] = []
+    start = prev = indexes[0] if indexes else 0
+    for index in [*indexes[1:], None]:
+        if index is not None and index == prev + 1:
+            prev = index
+            continue
+        ranges.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if index is not None:
+            start = prev = index
+    if not indexes:
+        return ""
+    more = len(ranges) - limit
+    return ", ".join(ranges[:limit]) + (f", … (+{more} ranges)" if more > 0 else "")
+
+
+class GradingJob:
+    """A job in flight: `progress`, iteration as batches complete, `results()`."""
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        batches: list[Batch],
+        total: int,
+        results_client: redis.Redis[bytes],
+        publish: Callable[[str, Batch], None],
+        deadline_at: float | None,
+        resend_after_s: float,
+        metrics: Any = None,
+    ) -> None:
+        self.job_id = job_id
+        self.total = total
+        self._batches = batches
+        self._redis = results_client
+        self._publish = publish
+        self._deadline_at = deadline_at
+        self._resend_after_s = resend_after_s
+        self._metrics = metrics
+        self._verdicts: list[Verdict | None] = [None] * total
+        self._done = 0
+        self._ready: list[tuple[int, Verdict]] = []  # received, not yet yielded
+        self._last_activity = time.monotonic()
+        self._last_resend_check = 0.0
+        self.resent_batches = 0
+
+    @property
+    def progress(self) -> Progress:
+        """Verdicts received so far (checks Redis once, without blocking)."""
+        return self.poll()
+
+    def poll(self) -> Progress:
+        """Collect results that arrived, re-send stale batches; never blocks."""
+        if self._done < self.total:
+            self._ready.extend(self._poll())
+            self._maybe_resend(time.monotonic())
+        return Progress(done=self._done, total=self.total)
+
+    def __iter__(self) -> Iterator[tuple[int, Verdict]]:
+        return self.as_completed()
+
+    def as_completed(
+        self, timeout_s: float | None = None
+    ) -> Iterator[tuple[int, Verdict]]:
+        """Yield `(index, verdict)` as batches complete (any order, each index once).
+
+        Raises:
+            DeadlinePassedError: the job deadline or `timeout_s` passed first.
+        """
+        limit = self._limit(timeout_s)
+        sleep_s = _POLL_MIN_S
+        while True:
+            if self._ready:
+                fresh, self._ready = self._ready, []
+                sleep_s = _POLL_MIN_S
+                yield from fresh
+                continue
+            if self._done >= self.total:
+                return
+            self._ready = self._poll()
+            if self._ready:
+                continue
+            now = time.monotonic()
+            if limit is not None and now >= limit:
+                raise DeadlinePassedError(self._missing_message())
+            self._maybe_resend(now)
+            time.sleep(sleep_s)
+            sleep_s = min(sleep_s * 2, _POLL_MAX_S)
+
+    def _maybe_resend(self, now: float) -> None:
+        if now - self._last_resend_check >= _RESEND_CHECK_S:
+            self._last_resend_check = now
+            self._resend_stale(now)
+
+    def results(self, timeout_s: float | None = None) -> list[Verdict]:
+        """Every verdict in input order, or DeadlinePassedError listing the missing."""
+        for _ in self.as_completed(timeout_s):
+            pass
+        return [v for v in self._verdicts if v is not None]
+
+    def _limit(self, timeout_s: float | None) -> float | None:
+        limits = [x for x in (self._deadline_at,) if x is not None]
+        if timeout_s is not None:
+            limits.append(time.monotonic() + timeout_s)
+        return min(limits) if limits else None
+
+    def _missing_message(self) -> str:
+        missing = [i for i, v in enumerate(self._verdicts) if v is None]
+        return (
+            f"job {self.job_id}: deadline passed with {len(missing)} of {self.total} "
+            f"results missing; missing indexes: {format_ranges(missing)}"
+        )
+
+    def _poll(self) -> list[tuple[int, Verdict]]:
+        pending = [b for b in self._batches if not b.done]
+        try:
+            payloads = self._redis.mget([b.key for b in pending])
+        except (redis.RedisError, OSError):
+            return []  # backend restarting: the deadline and re-sends cover it
+        now = time.monotonic()
+        fresh: list[tuple[int, Verdict]] = []
+        finished: list[bytes] = []
+        for batch, payload in zip(pending, payloads, strict=True):
+            if payload is None or payload == batch.payload:
+                continue
+            batch.payload, batch.seen_at, self._last_activity = payload, now, now
+            fresh.extend(self._on_payload(batch, json.loads(payload)))
+            if batch.done:
+                finished.append(batch.key)
+        if finished:
+            self._forget(finished)
+        if fresh and self._metrics is not None:
+            self._metrics.results_received.inc(len(fresh))
+        return fresh
+
+    def _on_payload(
+        self, batch: Batch, meta: dict[str, Any]
+    ) -> list[tuple[int, Verdict]]:
+        batch.state = str(meta.get("status", ""))
+        if batch.state == "SUCCESS":
+            try:
+                pairs = results_from_wire(meta.get("result"))
+            except InvalidRequestError:
+                pairs = []
+            if {i for i, _ in pairs} == {item[0] for item in batch.items}:
+                batch.done = True
+                return self._accept(pairs)
+            self._on_failure(batch, "result does not cover the batch's indexes")
+        elif batch.state == "FAILURE":
+            result = meta.get("result") or {}
+            self._on_failure(
+                batch, f"{result.get('exc_type')}: {result.get('exc_message')}"
+            )
+        return []
+
+    def _accept(self, pairs: list[tuple[int, Verdict]]) -> list[tuple[int, Verdict]]:
+        fresh = []
+        for index, verdict in pairs:
+            if self._verdicts[index] is None:
+                self._verdicts[index] = verdict
+                self._done += 1
+                fresh.append((index, verdict))
+        return fresh
+
+    def _on_failure(self, batch: Batch, reason: str) -> None:
+        batch.failures += 1
+        if batch.failures >= _MAX_FAILURES:
+            raise ProducerError(
+                f"batch {batch.batch_id} failed {batch.failures} times: {reason}"
+            )
+        self._forget([batch.key])
+        batch.payload = None
+        self._resend(batch)
+
+    def _forget(self, keys: list[bytes]) -> None:
+        # Failing to delete is harmless: result keys expire on their own.
+        with contextlib.suppress(redis.RedisError, OSError):
+            self._redis.delete(*keys)
+
+    def _resend_stale(self, now: float) -> None:
+        stalled = now - self._last_activity > self._resend_after_s
+        for batch in self._batches:
+            if batch.done:
+                continue
+            # Back off per batch so a slow fleet is not flooded with copies.
+            quiet_s = self._resend_after_s * 2 ** min(batch.resends, 4)
+            if now - max(batch.sent_at, batch.seen_at) < quiet_s:
+                continue
+            if batch.state in _RUNNING or stalled:
+                self._resend(batch)
+        if stalled:
+            self._last_activity = now
+
+    def _resend(self, batch: Batch) -> None:
+        try:
+            self._publish(self.job_id, batch)
+        except (OperationalError, redis.RedisError, OSError):
+            return  # broker down: try again at the next check
+        batch.resends += 1
+        self.resent_batches += 1
+        if self._metrics is not None:
+            self._metrics.batches_resent.inc()

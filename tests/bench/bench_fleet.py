@@ -1,0 +1,298 @@
+"""Fleet benchmarks on real model outputs (run on demand, prints figures).
+
+    python tests/bench/bench_fleet.py [--quick]           # sections 1-4
+    python tests/bench/bench_fleet.py --batch-sizes 16,32,64,128,256
+    python tests/bench/bench_fleet.py --workers 1,2,4,8,16  # scaling (many cores)
+
+Starts its own redis-server and `python -m workers` nodes (1 process each). The
+result cache lives in Redis db 1 so it can be flushed between runs without touching
+the broker's keys in db 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fleet_procs import (
+    Worker,
+    prompts_with_samples,
+    real_rollouts,
+    start_redis,
+    start_workers,
+)
+
+from producer.client import GradingClient, Rollout
+from workers.contract import DEFAULT_BATCH_SIZE
+from workers.models import GradeOptions, Verdict
+
+HOSTILE = [
+    "\\boxed{9^{9^{9^{9}}}}",
+    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
+    "\\boxed{1000000!}",
+    "\\boxed{10^{10^{100}}}",
+    "\\boxed{" + "(" * 5_000 + "1" + ")" * 5_000 + "}",
+    "\\boxed{" + "9" * 200_000 + "}",
+    "\\boxed{" + "x+" * 20_000 + "1}",
+    "\\boxed{\\frac{" * 2_000 + "1" + "}{2}" * 2_000 + "}",
+]
+HANG = "\\boxed{__gradefleet_test_hang__ %d}"
+
+
+def ten_thousand(base: list[Rollout], n: int) -> list[Rollout]:
+    out = (base * (n // len(base) + 1))[:n]
+    random.Random(1).shuffle(out)
+    return out
+
+
+def rl_step(groups: list[list[Rollout]], prompts: int, samples: int) -> list[Rollout]:
+    """`prompts` x `samples` rollouts; a prompt's samples cycle through its outputs."""
+    rng = random.Random(2)
+    chosen = rng.sample(groups, prompts)
+    step = []
+    for group in chosen:
+        for j in range(samples):
+            r = group[j % len(group)]
+            # Distinct text per sample (as in GRPO); the final answer is unchanged.
+            step.append(Rollout(f"[sample {j}] " + r.response, r.gold))
+    return step
+
+
+def timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+class Bench:
+    def __init__(self, workdir: Path, workers: int, item_timeout_s: float) -> None:
+        self.redis = start_redis(workdir)
+        self.cache_url = self.redis.url[:-1] + "1"
+        self.item_timeout_s = item_timeout_s
+        self.workers: list[Worker] = []
+        self._clients: dict[int, GradingClient] = {}
+        self.resize(workers)
+
+    def resize(self, count: int) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.workers = start_workers(
+            self.redis.url,
+            count,
+            item_timeout_s=self.item_timeout_s,
+            cache_url=self.cache_url,
+        )
+        for client in self._clients.values():  # every new worker gets warm too
+            client.grade([Rollout("warm-up \\boxed{1}", "1")] * 2 * count)
+
+    def flush_cache(self) -> None:
+        client = redis.Redis.from_url(self.cache_url)
+        client.flushdb()
+        client.close()
+
+    def client(self, batch_size: int) -> GradingClient:
+        """A connected, warmed-up client (created outside any timing)."""
+        if batch_size not in self._clients:
+            client = GradingClient(
+                self.redis.url,
+                batch_size=batch_size,
+                item_timeout_s=self.item_timeout_s,
+                deadline_s=900,
+            )
+            client.grade([Rollout(f"warm-up \\boxed{{{batch_size}}}", "0")])
+            self._clients[batch_size] = client
+        return self._clients[batch_size]
+
+    def grade(
+        self, rollouts: Sequence[Rollout], batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> list[Verdict]:
+        return self.client(batch_size).grade(rollouts)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        for worker in self.workers:
+            worker.stop()
+        self.redis.stop()
+
+
+def local_pool_s(
+    rollouts: list[Rollout], processes: int, item_timeout_s: float
+) -> float:
+    from workers.local import LocalPool
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        LocalPool(
+            processes=processes,
+            item_timeout_s=item_timeout_s,
+            item_memory_bytes=1024 * 1024 * 1024,
+            cache_path=Path(tmp) / "cache.sqlite",
+        ) as pool,
+    ):
+        pool.grade([Rollout("\\boxed{1}", "1")] * 4, GradeOptions())  # warm up
+        return timed(lambda: pool.grade(rollouts, GradeOptions()))
+
+
+def section_overhead(bench: Bench, rollouts: list[Rollout]) -> None:
+    n = len(rollouts)
+    bench.client(DEFAULT_BATCH_SIZE)  # connect and warm up outside the timing
+    bench.flush_cache()
+    fleet_s = timed(lambda: bench.grade(rollouts))
+    local_s = local_pool_s(rollouts, len(bench.workers), bench.item_timeout_s)
+    print(f"[1] fleet overhead, {n} real rollouts, cold caches, 2 processes each:")
+    print(
+        f"    fleet (Redis, 2 workers): {fleet_s:6.2f} s  {n / fleet_s:8.0f} rollouts/s"
+    )
+    print(
+        f"    embedded LocalPool (2):   {local_s:6.2f} s  {n / local_s:8.0f} rollouts/s"
+    )
+    print(
+        f"    ratio fleet/local throughput = {local_s / fleet_s:.2f}  (target >= 0.8)"
+    )
+    # Cache-hit path: the same rollouts again, every answer now cached.
+    bench.client(512)
+    hit_s = timed(lambda: bench.grade(rollouts, batch_size=512))
+    print(
+        f"[2] cache-hit path (re-grade, batch 512): {hit_s:.2f} s = "
+        f"{n / hit_s:,.0f} rollouts/s end to end  (target >= 20,000)"
+    )
+
+
+def section_rl_step(bench: Bench, step: list[Rollout], reps: int) -> list[Verdict]:
+    times, verdicts = [], []
+    for _ in range(reps):
+        bench.flush_cache()  # cold cache each rep (in-step duplicates still hit)
+        started = time.perf_counter()
+        verdicts = bench.grade(step)
+        times.append(time.perf_counter() - started)
+    p50, p95 = _percentiles(times)
+    print(
+        f"[3] RL step {len(step)} rollouts (512 prompts x 16), cold cache per rep, "
+        f"{reps} reps: p50 {p50:.2f} s  p95 {p95:.2f} s  (all: "
+        + ", ".join(f"{t:.2f}" for t in times)
+        + ")"
+    )
+    return verdicts
+
+
+def section_hostile(
+    bench: Bench, step: list[Rollout], clean: list[Verdict], reps: int
+) -> None:
+    rng = random.Random(3)
+    hostile_at = sorted(rng.sample(range(len(step)), len(step) // 100))
+    mixed = list(step)
+    for k, index in enumerate(hostile_at):
+        text = HANG % k if k == 0 else HOSTILE[k % len(HOSTILE)]
+        mixed[index] = Rollout(text, step[index].gold)
+    times, verdicts = [], []
+    for _ in range(reps):
+        bench.flush_cache()
+        started = time.perf_counter()
+        verdicts = bench.grade(mixed)
+        times.append(time.perf_counter() - started)
+    p50, p95 = _percentiles(times)
+    skip = set(hostile_at)
+    changed = [
+        i
+        for i, (a, b) in enumerate(zip(verdicts, clean, strict=True))
+        if i not in skip and a.replace(cached=False) != b.replace(cached=False)
+    ]
+    statuses = sorted({verdicts[i].status.value for i in hostile_at})
+    print(
+        f"[4] same step with {len(hostile_at)} hostile items (1 hang + real "
+        f"power towers / huge inputs): p50 {p50:.2f} s  p95 {p95:.2f} s; "
+        f"hostile statuses {statuses}; other verdicts changed: {len(changed)}; "
+        f"item deadline {bench.item_timeout_s:.0f} s"
+    )
+
+
+def _percentiles(times: list[float]) -> tuple[float, float]:
+    ordered = sorted(times)
+    p95_index = min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))
+    return statistics.median(ordered), ordered[p95_index]
+
+
+def batch_size_table(bench: Bench, rollouts: list[Rollout], sizes: list[int]) -> None:
+    print(
+        f"batch size table: {len(rollouts)} real rollouts, "
+        f"{len(bench.workers)} workers, cold cache"
+    )
+    for size in sizes:
+        bench.client(size)
+        bench.flush_cache()
+        seconds = timed(lambda: bench.grade(rollouts, batch_size=size))  # noqa: B023
+        print(
+            f"    batch {size:4d}: {seconds:6.2f} s  "
+            f"{len(rollouts) / seconds:8.0f} rollouts/s"
+        )
+
+
+def scaling(
+    bench: Bench, rollouts: list[Rollout], counts: list[int], batch_size: int
+) -> None:
+    print(
+        f"scaling: {len(rollouts)} real rollouts, cold cache, 1 process per worker, "
+        f"batch {batch_size}"
+    )
+    for count in counts:
+        bench.resize(count)
+        bench.client(batch_size)
+        bench.flush_cache()
+        seconds = timed(lambda: bench.grade(rollouts, batch_size))
+        print(
+            f"    {count:3d} workers: {seconds:6.2f} s  "
+            f"{len(rollouts) / seconds:8.0f} rollouts/s"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller, fewer reps")
+    parser.add_argument("--batch-sizes", help="e.g. 16,32,64,128,256: table only")
+    parser.add_argument("--workers", help="e.g. 1,2,4,8,16: scaling only")
+    parser.add_argument("--rollouts", type=int, default=None)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help="batch size for --workers (use ~128 with 16 workers)",
+    )
+    parser.add_argument("--item-timeout-s", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    n = args.rollouts or (4_000 if args.quick else 10_000)
+    reps = 2 if args.quick else 5
+    base = real_rollouts()
+    rollouts = ten_thousand(base, n)
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = Bench(Path(tmp), 2, args.item_timeout_s)
+        try:
+            if args.batch_sizes:
+                batch_size_table(
+                    bench, rollouts, [int(x) for x in args.batch_sizes.split(",")]
+                )
+            elif args.workers:
+                counts = [int(x) for x in args.workers.split(",")]
+                scaling(bench, rollouts, counts, args.batch_size)
+            else:
+                section_overhead(bench, rollouts)
+                step = rl_step(prompts_with_samples(), 512, 16)
+                clean = section_rl_step(bench, step, reps)
+                section_hostile(bench, step, clean, reps)
+        finally:
+            bench.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""Producer client pieces that need no server: input checks, errors, helpers."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from producer.client import GradingClient, Rollout, redact_url, validate_rollouts
+from producer.errors import BrokerUnavailableError, InvalidRolloutError
+from producer.job import format_ranges
+
+
+def test_client_validate_accepts_rollouts_and_mappings():
+    triples = validate_rollouts(
+        [Rollout("r0", "g0"), {"response": "r1", "gold": "g1", "id": 9}]
+    )
+    assert triples == [(0, "r0", "g0"), (1, "r1", "g1")]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"response": "r"}, {"response": None, "gold": "g"}, ("r", "g"), 5],
+    ids=["no-gold", "none-response", "tuple", "int"],
+)
+def test_client_validate_names_the_bad_index(bad):
+    with pytest.raises(InvalidRolloutError, match="rollout 1"):
+        validate_rollouts([Rollout("r", "g"), bad])
+
+
+def test_client_validate_rejects_oversized_text():
+    with pytest.raises(InvalidRolloutError, match="rollout 0"):
+        validate_rollouts([Rollout("x" * 1_000_001, "1")])
+
+
+def test_client_unreachable_broker_fails_fast_and_clearly():
+    # Given a port nobody listens on
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    # When a client is created, Then it fails at once with the URL (no password)
+    with pytest.raises(BrokerUnavailableError, match=f"127.0.0.1:{port}") as info:
+        GradingClient(f"redis://:secret@127.0.0.1:{port}/0")
+    assert "secret" not in str(info.value)
+    assert time.monotonic() - started < 5
+    assert BrokerUnavailableError.exit_code == 5
+
+
+def test_client_redact_url_hides_password():
+    assert redact_url("redis://u:pw@h:1/0") == "redis://u:***@h:1/0"
+    assert redact_url("redis://h:1/0") == "redis://h:1/0"
+
+
+def test_client_format_ranges_compacts_indexes():
+    assert format_ranges([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    assert format_ranges([]) == ""
+    assert format_ranges(list(range(0, 100, 2)), limit=2).endswith("(+48 ranges)")

@@ -1,0 +1,119 @@
+"""The wire contract: round trips and strict validation of task arguments."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from workers.contract import (
+    GRADE_BATCH,
+    QUEUE,
+    SCHEMA_VERSION,
+    batch_from_wire,
+    batch_to_wire,
+    result_to_wire,
+    results_from_wire,
+)
+from workers.errors import InvalidRequestError
+from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+
+
+def _wire(**changes: Any) -> dict[str, Any]:
+    wire: dict[str, Any] = dict(
+        batch_to_wire(
+            job_id="job",
+            batch_id="job.0",
+            items=[(0, "a \\boxed{1}", "1"), (7, "b", "2")],
+            options=GradeOptions(allow_fallback=False),
+            enqueued_at=1_700_000_000.5,
+        )
+    )
+    wire.update(changes)
+    return wire
+
+
+def test_contract_names_are_stable():
+    assert GRADE_BATCH == "gradefleet.grade_batch"
+    assert QUEUE == "gradefleet"
+    assert SCHEMA_VERSION == 1
+
+
+def test_contract_batch_round_trips_through_json():
+    # Given a batch built by the producer, When it crosses JSON, Then nothing changes
+    request = batch_from_wire(json.loads(json.dumps(_wire())))
+    assert request.job_id == "job"
+    assert request.batch_id == "job.0"
+    assert request.attempt == 1
+    assert request.enqueued_at == 1_700_000_000.5
+    assert request.options == GradeOptions(allow_fallback=False)
+    assert [item["index"] for item in request.items] == [0, 7]
+    assert request.items[0]["response"] == "a \\boxed{1}"
+
+
+BAD_BATCHES = [
+    ("not-a-dict", ["x"]),
+    ("schema", {"schema": 2}),
+    ("job_id-empty", {"job_id": ""}),
+    ("job_id-type", {"job_id": 5}),
+    ("batch_id-long", {"batch_id": "x" * 201}),
+    ("attempt-zero", {"attempt": 0}),
+    ("attempt-bool", {"attempt": True}),
+    ("enqueued_at-str", {"enqueued_at": "now"}),
+    ("enqueued_at-nan", {"enqueued_at": float("nan")}),
+    ("options-unknown", {"options": {"nope": 1}}),
+    ("options-list", {"options": [1]}),
+    ("items-empty", {"items": []}),
+    ("items-not-list", {"items": {"index": 0}}),
+    ("item-not-dict", {"items": [3]}),
+    ("item-index-negative", {"items": [{"index": -1, "response": "", "gold": ""}]}),
+    ("item-index-bool", {"items": [{"index": True, "response": "", "gold": ""}]}),
+    ("item-response-none", {"items": [{"index": 0, "response": None, "gold": ""}]}),
+    ("item-gold-int", {"items": [{"index": 0, "response": "", "gold": 3}]}),
+    ("item-huge", {"items": [{"index": 0, "response": "x" * 1_000_001, "gold": ""}]}),
+    (
+        "item-duplicate-index",
+        {"items": [{"index": 1, "response": "", "gold": ""}] * 2},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "change"), BAD_BATCHES, ids=[name for name, _ in BAD_BATCHES]
+)
+def test_contract_rejects_malformed_batch(name, change):
+    wire = change if not isinstance(change, dict) else _wire(**change)
+    with pytest.raises(InvalidRequestError):
+        batch_from_wire(wire)
+
+
+def test_contract_missing_options_means_defaults():
+    wire = _wire()
+    del wire["options"]
+    assert batch_from_wire(wire).options == GradeOptions()
+
+
+def test_contract_results_sorted_and_parsed_back():
+    verdict = Verdict(
+        correct=True,
+        status=Status.CORRECT,
+        format_valid=True,
+        extracted="1",
+        extraction_method=ExtractionMethod.BOXED,
+    )
+    pairs_in = [(5, verdict), (2, verdict)]
+    wire = result_to_wire(job_id="j", batch_id="j.0", results=pairs_in)
+    pairs = results_from_wire(json.loads(json.dumps(wire)))
+    assert [index for index, _ in pairs] == [2, 5]
+    assert pairs[0][1] == verdict
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [None, {"schema": 1}, {"schema": 1, "results": [{"index": 0}]}, {"schema": 9}],
+    ids=["none", "no-results", "no-verdict", "schema"],
+)
+def test_contract_rejects_malformed_result(payload):
+    with pytest.raises(InvalidRequestError):
+        results_from_wire(payload)

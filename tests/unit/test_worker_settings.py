@@ -1,0 +1,95 @@
+"""Worker settings from env and options, and the Celery configuration they produce."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.__main__ import build_parser, settings_from_args, worker_argv
+from workers.app import create_app
+from workers.contract import GRADE_BATCH, QUEUE
+from workers.errors import InvalidRequestError
+from workers.settings import WorkerSettings
+
+
+def test_worker_settings_defaults_from_empty_env():
+    settings = WorkerSettings.from_env({})
+    assert settings.broker_url == "redis://127.0.0.1:6379/0"
+    assert settings.cache_url == settings.broker_url
+    assert settings.backend_url == settings.broker_url
+    assert settings.item_timeout_s == 5.0
+    assert settings.item_memory_bytes == 1024 * 1024 * 1024
+    assert settings.max_attempts == 3
+    assert settings.metrics_port == 0
+    assert settings.test_hooks is False
+
+
+def test_worker_settings_read_every_variable():
+    settings = WorkerSettings.from_env(
+        {
+            "GRADEFLEET_BROKER_URL": "redis://b:1/0",
+            "GRADEFLEET_RESULT_BACKEND": "redis://r:1/0",
+            "GRADEFLEET_CACHE_URL": "none",
+            "GRADEFLEET_CONCURRENCY": "3",
+            "GRADEFLEET_ITEM_TIMEOUT_S": "2.5",
+            "GRADEFLEET_ITEM_MEMORY_MB": "256",
+            "GRADEFLEET_CACHE_TTL_S": "60",
+            "GRADEFLEET_METRICS_PORT": "9100",
+            "GRADEFLEET_METRICS_DIR": "/tmp/m",
+            "GRADEFLEET_MAX_ATTEMPTS": "5",
+            "GRADEFLEET_TEST_HOOKS": "1",
+        }
+    )
+    assert settings.backend_url == "redis://r:1/0"
+    assert settings.cache_url is None
+    assert (settings.concurrency, settings.item_timeout_s) == (3, 2.5)
+    assert (settings.item_memory_mb, settings.cache_ttl_s) == (256, 60)
+    assert (settings.metrics_port, settings.metrics_dir) == (9100, "/tmp/m")
+    assert settings.max_attempts == 5
+    assert settings.test_hooks is True
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"GRADEFLEET_CONCURRENCY": "two"},
+        {"GRADEFLEET_CONCURRENCY": "0"},
+        {"GRADEFLEET_ITEM_TIMEOUT_S": "-1"},
+        {"GRADEFLEET_METRICS_PORT": "70000"},
+    ],
+    ids=["not-int", "zero-procs", "negative-timeout", "port-range"],
+)
+def test_worker_settings_reject_bad_values(env):
+    with pytest.raises(InvalidRequestError):
+        WorkerSettings.from_env(env)
+
+
+def test_worker_options_override_env():
+    args = build_parser().parse_args(
+        ["--broker", "redis://x:1/0", "--concurrency", "4", "--item-timeout-s", "1"]
+    )
+    settings = settings_from_args(args, {"GRADEFLEET_CONCURRENCY": "2"})
+    assert settings.broker_url == "redis://x:1/0"
+    assert settings.cache_url == "redis://x:1/0"  # the cache follows the broker
+    assert (settings.concurrency, settings.item_timeout_s) == (4, 1.0)
+    argv = worker_argv(settings)
+    assert "--pool=prefork" in argv
+    assert "--concurrency=4" in argv
+    assert f"--queues={QUEUE}" in argv
+
+
+def test_worker_app_is_json_only_late_ack_prefetch_one():
+    settings = WorkerSettings(item_timeout_s=5.0, max_batch_size=256)
+    app = create_app(settings)
+    conf = app.conf
+    assert conf.accept_content == ["json"]
+    assert conf.result_accept_content == ["json"]
+    assert conf.task_serializer == conf.result_serializer == "json"
+    assert conf.task_acks_late is True
+    assert conf.task_reject_on_worker_lost is True
+    assert conf.worker_prefetch_multiplier == 1
+    assert GRADE_BATCH in app.tasks
+    # Backstops sit beyond the longest batch; Redis re-delivers only after 2x that.
+    visibility_s = conf.broker_transport_options["visibility_timeout"]
+    assert settings.longest_batch_s < conf.task_soft_time_limit < conf.task_time_limit
+    assert visibility_s >= max(3_600, 2 * settings.longest_batch_s)
+    assert conf.task_time_limit < visibility_s

@@ -1,0 +1,100 @@
+"""`gradefleet worker` / `python -m workers`: start one worker node of the fleet."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from workers.settings import WorkerSettings
+
+__all__ = ["build_parser", "main", "settings_from_args"]
+
+_OPTION_FIELDS = {
+    "broker": "broker_url",
+    "concurrency": "concurrency",
+    "item_timeout_s": "item_timeout_s",
+    "item_memory_mb": "item_memory_mb",
+    "metrics_port": "metrics_port",
+    "loglevel": "loglevel",
+    "hostname": "hostname",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gradefleet worker",
+        description="Start a grading worker (options override GRADEFLEET_* env).",
+    )
+    add = parser.add_argument
+    add("--broker", metavar="URL", help="Redis URL [GRADEFLEET_BROKER_URL]")
+    add("--concurrency", type=int, help="prefork processes [GRADEFLEET_CONCURRENCY]")
+    add("--item-timeout-s", type=float, help="per-item deadline (default 5)")
+    add("--item-memory-mb", type=int, help="per-item memory cap (default 1024)")
+    add("--metrics-port", type=int, help="Prometheus port, 0 = off (default 0)")
+    add("--loglevel", help="Celery log level (default INFO)")
+    add("--hostname", help="Celery node name, e.g. worker1@%%h")
+    return parser
+
+
+def settings_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str]
+) -> WorkerSettings:
+    """Env first, then any option given on the command line."""
+    settings = WorkerSettings.from_env(environ)
+    changes = {
+        field: getattr(args, option)
+        for option, field in _OPTION_FIELDS.items()
+        if getattr(args, option) is not None
+    }
+    if "broker_url" in changes and "GRADEFLEET_CACHE_URL" not in environ:
+        changes["cache_url"] = changes["broker_url"]
+    return settings.replace(**changes) if changes else settings
+
+
+def _setup_metrics(settings: WorkerSettings) -> None:
+    if settings.metrics_port == 0 and settings.metrics_dir is None:
+        return
+    # Import here: prometheus_client must switch to multiprocess mode before any
+    # metric exists, which prepare_multiprocess_dir() does.
+    import redis
+
+    from workers.contract import QUEUE
+    from workers.metrics import prepare_multiprocess_dir, start_metrics_server
+
+    path = settings.metrics_dir or tempfile.mkdtemp(prefix="gradefleet-metrics-")
+    prepare_multiprocess_dir(Path(path))
+    if settings.metrics_port:
+        client = redis.Redis.from_url(settings.broker_url, socket_timeout=2)
+        start_metrics_server(settings.metrics_port, redis_client=client, queues=[QUEUE])
+
+
+def worker_argv(settings: WorkerSettings) -> list[str]:
+    """Arguments for `Celery.worker_main`."""
+    from workers.contract import QUEUE
+
+    argv = ["worker", "--pool=prefork", f"--concurrency={settings.concurrency}"]
+    argv += [f"--loglevel={settings.loglevel}", f"--queues={QUEUE}"]
+    # Gossip and mingle only slow start-up; nothing here relies on them.
+    argv += ["--without-gossip", "--without-mingle"]
+    if settings.hostname:
+        argv.append(f"--hostname={settings.hostname}")
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse options, build settings (the worker's only env read), run the worker."""
+    args = build_parser().parse_args(argv)
+    settings = settings_from_args(args, os.environ)
+    _setup_metrics(settings)
+    from workers.app import create_app
+
+    app = create_app(settings)
+    app.worker_main(worker_argv(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""The wire contract between producers and workers: task name, queue, JSON shapes.
+
+Pure stdlib: the producer imports this module without pulling in any worker code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+from workers.errors import InvalidRequestError
+from workers.models import GradeOptions, Verdict
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "GRADE_BATCH",
+    "QUEUE",
+    "SCHEMA_VERSION",
+    "WireBatch",
+    "WireBatchRequest",
+    "WireItem",
+    "WireResult",
+    "WireResultItem",
+    "batch_from_wire",
+    "batch_to_wire",
+    "result_to_wire",
+    "results_from_wire",
+]
+
+GRADE_BATCH = "gradefleet.grade_batch"
+QUEUE = "gradefleet"
+SCHEMA_VERSION = 1
+# Rollouts per task, by measurement (tests/bench/bench_fleet.py --batch-sizes; 10,000
+# real rollouts, 2 workers x 1 process, cold cache, 2 shared cores; load ~0.9):
+#   batch          16     32     64    128    256    512
+#   rollouts/s   4294   6339   8813  11679  12987  14579
+# A task costs a few ms of Celery/Redis round trips, so small batches pay for it.
+# 256 keeps most of the gain while an 8,192-rollout RL step still makes 32 tasks
+# (a 256-item batch of real outputs grades in ~25 ms, so the tail stays short).
+DEFAULT_BATCH_SIZE = 256
+
+# Bounds that keep one message from exhausting a worker before grading even starts.
+MAX_ITEMS_PER_BATCH = 10_000
+MAX_TEXT_CHARS = 1_000_000
+MAX_ID_CHARS = 200
+
+
+class WireItem(TypedDict):
+    """One rollout inside a batch; `index` is its position in the producer's input."""
+
+    index: int
+    response: str
+    gold: str
+
+
+class WireBatch(TypedDict):
+    """The single argument of the `gradefleet.grade_batch` task."""
+
+    schema: int
+    job_id: str
+    batch_id: str
+    attempt: NotRequired[int]
+    enqueued_at: float
+    options: dict[str, Any]
+    items: list[WireItem]
+
+
+class WireResultItem(TypedDict):
+    """One graded rollout: its input index and `Verdict.to_dict()`."""
+
+    index: int
+    verdict: dict[str, Any]
+
+
+class WireResult(TypedDict):
+    """What the task returns (stored by Celery in the result backend)."""
+
+    schema: int
+    job_id: str
+    batch_id: str
+    results: list[WireResultItem]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WireBatchRequest:
+    """A validated batch, as the worker sees it."""
+
+    job_id: str
+    batch_id: str
+    attempt: int
+    enqueued_at: float
+    options: GradeOptions
+    items: tuple[WireItem, ...]
+
+
+def batch_to_wire(
+    *,
+    job_id: str,
+    batch_id: str,
+    items: Sequence[tuple[int, str, str]],
+    options: GradeOptions,
+    enqueued_at: float,
+    attempt: int = 1,
+) -> WireBatch:
+    """Build the task argument from `(index, response, gold)` triples."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "job_id": job_id,
+        "batch_id": batch_id,
+        "attempt": attempt,
+        "enqueued_at": enqueued_at,
+        "options": options.to_dict(),
+        "items": [{"index": i, "response": r, "gold": g} for i, r, g in items],
+    }
+
+
+def _require_id(data: Mapping[str, Any], name: str) -> str:
+    value = data.get(name)
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
+        raise InvalidRequestError(f"{name} must be a non-empty string ≤ {MAX_ID_CHARS}")
+    return value
+
+
+def _item_from_wire(raw: object, position: int) -> WireItem:
+    if not isinstance(raw, Mapping):
+        raise InvalidRequestError(f"item {position} is not an object")
+    index, response, gold = raw.get("index"), raw.get("response"), raw.get("gold")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise InvalidRequestError(f"item {position}: index must be an int ≥ 0")
+    if not isinstance(response, str) or not isinstance(gold, str):
+        raise InvalidRequestError(f"item {position}: response and gold must be str")
+    longest = max(len(response), len(gold))
+    if longest > MAX_TEXT_CHARS:
+        raise InvalidRequestError(f"item {position}: text of {longest} chars")
+    return {"index": index, "response": response, "gold": gold}
+
+
+def _items_from_wire(raw: object) -> tuple[WireItem, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise InvalidRequestError("items must be a non-empty list")
+    if len(raw) > MAX_ITEMS_PER_BATCH:
+        raise InvalidRequestError(f"batch has {len(raw)} items > {MAX_ITEMS_PER_BATCH}")
+    items = tuple(_item_from_wire(item, pos) for pos, item in enumerate(raw))
+    if len({item["index"] for item in items}) != len(items):
+        raise InvalidRequestError("duplicate item indexes in batch")
+    return items
+
+
+def _options_from_wire(raw: object) -> GradeOptions:
+    if raw is not None and not isinstance(raw, Mapping):
+        raise InvalidRequestError("options must be an object")
+    try:
+        return GradeOptions.from_dict(raw)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"bad options: {exc}") from exc
+
+
+def batch_from_wire(data: object) -> WireBatchRequest:
+    """Validate a task argument strictly.
+
+    Raises:
+        InvalidRequestError: wrong schema version, types, sizes or duplicate indexes.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidRequestError("batch must be a JSON object")
+    if data.get("schema") != SCHEMA_VERSION:
+        raise InvalidRequestError(f"unsupported schema {data.get('schema')!r}")
+    attempt = data.get("attempt", 1)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise InvalidRequestError("attempt must be an int ≥ 1")
+    enqueued_at = data.get("enqueued_at")
+    if not isinstance(enqueued_at, int | float) or isinstance(enqueued_at, bool):
+        raise InvalidRequestError("enqueued_at must be a number (unix seconds)")
+    if not math.isfinite(enqueued_at):
+        raise InvalidRequestError("enqueued_at must be finite")
+    return WireBatchRequest(
+        job_id=_require_id(data, "job_id"),
+        batch_id=_require_id(data, "batch_id"),
+        attempt=attempt,
+        enqueued_at=float(enqueued_at),
+        options=_options_from_wire(data.get("options")),
+        items=_items_from_wire(data.get("items")),
+    )
+
+
+def result_to_wire(
+    *, job_id: str, batch_id: str, results: Sequence[tuple[int, Verdict]]
+) -> WireResult:
+    """Build the task's return value, items sorted by index."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "job_id": job_id,
+        "batch_id": batch_id,
+        "results": [
+            {"index": index, "verdict": verdict.to_dict()}
+            for index, verdict in sorted(results, key=lambda pair: pair[0])
+        ],
+    }
+
+
+def results_from_wire(data: object) -> list[tuple[int, Verdict]]:
+    """Parse a task result into `(index, Verdict)` pairs.
+
+    Raises:
+        InvalidRequestError: the payload does not match `WireResult`.
+    """
+    if not isinstance(data, Mapping) or data.get("schema") != SCHEMA_VERSION:
+        raise InvalidRequestError("result is not a schema-1 object")
+    raw = data.get("results")
+    if not isinstance(raw, list):
+        raise InvalidRequestError("result has no results list")
+    pairs: list[tuple[int, Verdict]] = []
+    for item in raw:
+        try:
+            pairs.append((int(item["index"]), Verdict.from_dict(item["verdict"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"malformed result item: {exc!r}") from exc
+    return pairs

@@ -1,0 +1,135 @@
+"""Worker settings: a frozen dataclass; env is read only in `from_env`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from workers.errors import InvalidRequestError
+
+__all__ = ["WorkerSettings"]
+
+DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSettings:
+    """Everything a worker node needs; documented defaults, no env reads here.
+
+    Attributes:
+        broker_url: Redis URL of the Celery broker (must not evict keys).
+        result_backend: Redis URL for task results; None means the broker URL.
+        cache_url: Redis URL of the result cache; None disables the cache.
+        concurrency: prefork processes (each with its own sandbox child).
+        item_timeout_s: wall-clock limit for one item in the sandbox.
+        item_memory_mb: address-space cap of the sandbox child.
+        cache_ttl_s: lifetime of a cached verdict.
+        metrics_port: port of the Prometheus endpoint; 0 turns it off.
+        metrics_dir: prometheus_client multiprocess directory (None: a temp dir).
+        max_attempts: deliveries of one batch that may die before its remaining
+            items are answered `error` (poison batch).
+        recycle_after_items: the sandbox child is replaced after this many items.
+        max_batch_size: largest batch the time limits are sized for.
+        hostname: Celery node name (None: Celery's default).
+        loglevel: Celery log level.
+        test_hooks: enable the test-only magic responses (never in production).
+    """
+
+    broker_url: str = DEFAULT_BROKER_URL
+    result_backend: str | None = None
+    cache_url: str | None = DEFAULT_BROKER_URL
+    concurrency: int = 2
+    item_timeout_s: float = 5.0
+    item_memory_mb: int = 1024
+    cache_ttl_s: int = 86_400
+    metrics_port: int = 0
+    metrics_dir: str | None = None
+    max_attempts: int = 3
+    recycle_after_items: int = 500
+    max_batch_size: int = 256
+    hostname: str | None = None
+    loglevel: str = "INFO"
+    test_hooks: bool = False
+
+    def __post_init__(self) -> None:
+        checks = {
+            "concurrency": self.concurrency >= 1,
+            "item_timeout_s": self.item_timeout_s > 0,
+            "item_memory_mb": self.item_memory_mb >= 64,
+            "cache_ttl_s": self.cache_ttl_s >= 1,
+            "metrics_port": 0 <= self.metrics_port <= 65_535,
+            "max_attempts": self.max_attempts >= 1,
+            "recycle_after_items": self.recycle_after_items >= 1,
+            "max_batch_size": self.max_batch_size >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise InvalidRequestError(f"invalid worker settings: {', '.join(bad)}")
+
+    @property
+    def backend_url(self) -> str:
+        """Where Celery stores results (the broker's Redis unless set)."""
+        return self.result_backend or self.broker_url
+
+    @property
+    def item_memory_bytes(self) -> int:
+        return self.item_memory_mb * 1024 * 1024
+
+    @property
+    def longest_batch_s(self) -> float:
+        """Worst case for one batch: every item runs to its deadline, plus respawns."""
+        return self.max_batch_size * (self.item_timeout_s + 0.5)
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Redis re-delivers an unacked task after this; keep it ≫ the longest batch."""
+        return max(3_600, int(2 * self.longest_batch_s))
+
+    def replace(self, **changes: object) -> WorkerSettings:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
+        """Read `GRADEFLEET_*` variables (the only env reader on the worker side)."""
+        env = os.environ if environ is None else environ
+        broker = env.get("GRADEFLEET_BROKER_URL", DEFAULT_BROKER_URL)
+        cache = env.get("GRADEFLEET_CACHE_URL", broker)
+        return cls(
+            broker_url=broker,
+            result_backend=env.get("GRADEFLEET_RESULT_BACKEND") or None,
+            cache_url=None if cache.strip().lower() in ("", "none") else cache,
+            concurrency=_int(env, "GRADEFLEET_CONCURRENCY", 2),
+            item_timeout_s=_float(env, "GRADEFLEET_ITEM_TIMEOUT_S", 5.0),
+            item_memory_mb=_int(env, "GRADEFLEET_ITEM_MEMORY_MB", 1024),
+            cache_ttl_s=_int(env, "GRADEFLEET_CACHE_TTL_S", 86_400),
+            metrics_port=_int(env, "GRADEFLEET_METRICS_PORT", 0),
+            metrics_dir=env.get("GRADEFLEET_METRICS_DIR") or None,
+            max_attempts=_int(env, "GRADEFLEET_MAX_ATTEMPTS", 3),
+            recycle_after_items=_int(env, "GRADEFLEET_RECYCLE_AFTER_ITEMS", 500),
+            max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", 256),
+            hostname=env.get("GRADEFLEET_HOSTNAME") or None,
+            loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
+            test_hooks=env.get("GRADEFLEET_TEST_HOOKS", "") == "1",
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise InvalidRequestError(f"{name}={raw!r} is not an integer") from exc
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise InvalidRequestError(f"{name}={raw!r} is not a number") from exc
