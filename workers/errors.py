@@ -1,9 +1,11 @@
 """Errors raised by the worker side (a wrong answer is a Verdict, never an exception).
 
-    GraderError
-    ├── InvalidRequestError (ValueError)  a batch or item that does not match the wire schema
-    ├── SandboxError                       the grading child could not be started or talked to
-    └── CacheError                         the result cache could not be reached
+GraderError
+├── InvalidRequestError (ValueError)  a batch or item off the wire schema
+├── ConfigError (ValueError)          worker settings that cannot be used
+├── SandboxError                      the grading child cannot be run
+├── CacheError                        the result cache cannot be reached
+└── MetricsSetupError                 the metrics directory or server failed
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ class InvalidRequestError(GraderError, ValueError):
     """A batch or item does not match the wire schema."""
 
 
+class ConfigError(GraderError, ValueError):
+    """A worker setting (flag or GRADEFLEET_* variable) has an unusable value."""
+
+
 class SandboxError(GraderError):
     """The sandbox child could not be started or talked to."""
 
 
 class CacheError(GraderError):
     """The result cache could not be reached or returned malformed data."""
+
+
+class MetricsSetupError(GraderError):
+    """The multiprocess metrics directory or the metrics server could not be set up."""

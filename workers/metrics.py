@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from workers import __version__
-from workers.errors import GraderError
+from workers.errors import MetricsSetupError
 from workers.models import Status, Verdict
 
 __all__ = [
@@ -82,10 +82,6 @@ BATCH_SIZE_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 _PRIORITY_SEP = "\x06\x16"
 _PRIORITY_STEPS = (3, 6, 9)
 _UNACKED_KEY = "unacked"
-
-
-class MetricsSetupError(GraderError):
-    """The multiprocess metrics directory is missing or was prepared too late."""
 
 
 def _sympy_version() -> str:

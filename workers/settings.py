@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from workers.errors import InvalidRequestError
+from workers.errors import ConfigError
 
 __all__ = ["WorkerSettings"]
 
@@ -66,7 +66,7 @@ class WorkerSettings:
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
-            raise InvalidRequestError(f"invalid worker settings: {', '.join(bad)}")
+            raise ConfigError(f"invalid worker settings: {', '.join(bad)}")
 
     @property
     def backend_url(self) -> str:
@@ -122,7 +122,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError as exc:
-        raise InvalidRequestError(f"{name}={raw!r} is not an integer") from exc
+        raise ConfigError(f"{name}={raw!r} is not an integer") from exc
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -132,4 +132,4 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         return float(raw)
     except ValueError as exc:
-        raise InvalidRequestError(f"{name}={raw!r} is not a number") from exc
+        raise ConfigError(f"{name}={raw!r} is not a number") from exc

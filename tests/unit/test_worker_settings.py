@@ -7,7 +7,7 @@ import pytest
 from workers.__main__ import build_parser, settings_from_args, worker_argv
 from workers.app import create_app
 from workers.contract import GRADE_BATCH, QUEUE
-from workers.errors import InvalidRequestError
+from workers.errors import ConfigError
 from workers.settings import WorkerSettings
 
 
@@ -59,7 +59,7 @@ def test_worker_settings_read_every_variable():
     ids=["not-int", "zero-procs", "negative-timeout", "port-range"],
 )
 def test_worker_settings_reject_bad_values(env):
-    with pytest.raises(InvalidRequestError):
+    with pytest.raises(ConfigError):
         WorkerSettings.from_env(env)
 
 
