@@ -136,7 +136,8 @@ def start_workers(
 ) -> list[Worker]:
     """Start `count` worker nodes (concurrency 1 each); wait until all are ready."""
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="gf-bench-"))
-    env = {**os.environ, "GRADEFLEET_TEST_HOOKS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "GRADEFLEET_TEST_HOOKS": "1", "PYTHONPATH": path}
     if cache_url is not None:
         env["GRADEFLEET_CACHE_URL"] = cache_url
     started = []
@@ -155,7 +156,13 @@ def start_workers(
                 start_new_session=True,
             )
         started.append(Worker(proc, log_path))
-    _wait_consuming(broker_url, count)
+    try:
+        _wait_consuming(broker_url, count)
+    except SystemExit:
+        for worker in started:
+            tail = worker.log_path.read_text(errors="replace")[-2000:]
+            print(f"--- {worker.log_path} ---\n{tail}", file=sys.stderr)
+        raise
     return started
 
 

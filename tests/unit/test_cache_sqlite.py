@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import sqlite3
+import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
 
 from workers.cache import SqliteResultCache
-from workers.errors import CacheError
 from workers.models import Status
 
 ENTRY = {
@@ -72,54 +71,63 @@ def test_cache_sqlite_refuses_transient_rows_even_if_present(tmp_path: Path) -> 
     assert cache.get_many(["d" * 64]) == {}
 
 
-def write_range(path: str, start: int, count: int) -> None:
-    cache = SqliteResultCache(path)
-    for i in range(start, start + count, 10):
-        cache.set_many({f"{j:064x}": ENTRY for j in range(i, i + 10)})
-    cache.close()
+WRITER = """
+import sys
+from workers.cache import SqliteResultCache
+path, start, entry = sys.argv[1], int(sys.argv[2]), {entry!r}
+cache = SqliteResultCache(path)
+for i in range(start, start + 1000, 10):
+    cache.set_many({{f"{{j:064x}}": entry for j in range(i, i + 10)}})
+cache.close()
+"""
 
 
 def test_cache_sqlite_two_writer_processes(tmp_path: Path) -> None:
+    # Fresh interpreters, not fork(): the pytest process may hold threads (and locks).
     path = str(tmp_path / "cache.db")
-    ctx = multiprocessing.get_context("fork")
+    code = WRITER.format(entry=ENTRY)
     procs = [
-        ctx.Process(target=write_range, args=(path, k * 1000, 1000)) for k in (0, 1)
+        subprocess.Popen([sys.executable, "-c", code, path, str(k * 1000)])
+        for k in (0, 1)
     ]
     for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+        assert proc.wait(timeout=60) == 0
     found = SqliteResultCache(path).get_many([f"{j:064x}" for j in range(2000)])
     assert len(found) == 2000
 
 
-def open_and_use(path: str, worker: int, barrier: Any) -> None:
-    barrier.wait()
-    cache = SqliteResultCache(path)
-    failures = 0
-    for i in range(20):
-        key = f"{worker}{i:063x}"
-        try:
-            cache.get_many([key])
-            cache.set_many({key: ENTRY})
-        except CacheError:
-            failures += 1
-    cache.close()
-    sys.exit(min(failures, 100))
+OPENER = """
+import os, sys, time
+from workers.cache import SqliteResultCache
+from workers.errors import CacheError
+path, worker, go, entry = sys.argv[1], sys.argv[2], sys.argv[3], {entry!r}
+while not os.path.exists(go):
+    time.sleep(0.001)
+cache = SqliteResultCache(path)
+failures = 0
+for i in range(20):
+    key = f"{{worker}}{{i:063x}}"
+    try:
+        cache.get_many([key])
+        cache.set_many({{key: entry}})
+    except CacheError:
+        failures += 1
+cache.close()
+sys.exit(min(failures, 100))
+"""
 
 
 def test_cache_sqlite_many_processes_opening_a_new_file_at_once(tmp_path: Path) -> None:
     # Switching a new file to WAL can fail "locked" at once: the cache must wait it out.
-    ctx = multiprocessing.get_context("fork")
+    code = OPENER.format(entry=ENTRY)
     for trial in range(10):
         path = str(tmp_path / f"cache-{trial}.db")
-        barrier = ctx.Barrier(4)
+        go = tmp_path / f"go-{trial}"
         procs = [
-            ctx.Process(target=open_and_use, args=(path, k, barrier)) for k in range(4)
+            subprocess.Popen([sys.executable, "-c", code, path, str(k), str(go)])
+            for k in range(4)
         ]
-        for proc in procs:
-            proc.start()
-        for proc in procs:
-            proc.join(timeout=60)
-        assert [proc.exitcode for proc in procs] == [0, 0, 0, 0]
+        time.sleep(0.3)  # let the interpreters start, then release them together
+        go.touch()
+        exit_codes = [proc.wait(timeout=60) for proc in procs]
+        assert exit_codes == [0, 0, 0, 0]

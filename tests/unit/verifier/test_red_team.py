@@ -91,6 +91,13 @@ NEAR_MISSES: list[Row] = [
         NO,
     ),
     ("all-reals-vs-interval", r"\mathbb{R}", "[1,2]", NO),
+    (
+        "determinant-vs-matrix",
+        r"\begin{vmatrix}1&2\\3&4\end{vmatrix}",
+        r"\begin{pmatrix}1&2\\3&4\end{pmatrix}",
+        NO,
+    ),
+    ("inequalities-vs-union", r"x<1 \text{ or } x>2", r"(-\infty,1]\cup(2,\infty)", NO),
     # relations
     ("strictness", "x>2", r"x\ge 2", NO),
     ("direction", "x<2", "x>2", NO),
@@ -127,6 +134,12 @@ NEAR_MISSES: list[Row] = [
     ("set-of-two", r"\{5,6\}", "5", NO),
     ("juxtaposed-numbers", "12 13", "12", UNS),
     ("text-but-also", r"5 \text{ but also } 6", "5", UNS),
+    # words that change a value's meaning are not units
+    ("trailing-not", r"12 \text{ not}", "12", UNS),
+    ("trailing-maybe", r"12 \text{ maybe}", "12", UNS),
+    ("trailing-excluded", r"12 \text{ excluded}", "12", UNS),
+    ("below-zero", r"12 \text{ degrees below zero}", "12", UNS),
+    ("leading-not", r"\text{not } 12", "12", UNS),
     # text and choices
     ("not-odd", r"\text{not odd}", "odd", NO),
     ("not-odd-text", r"\text{not odd}", r"\text{odd}", NO),
@@ -200,6 +213,12 @@ EXTRACTION_HACKS: list[Row] = [
     ("empty-last-box", r"\boxed{5}\boxed{}", "5", Status.NO_ANSWER),
     ("pm-in-box", r"\boxed{\pm5}", "5", NO),
     ("zero-width-in-box", "\\boxed{1\u200b2}", "12", UNS),
+    ("answer-line-negated", "Answer: not 12", "12", UNS),
+    ("answer-line-hedged", "Answer: maybe 12", "12", UNS),
+    ("phrase-negated", "The answer is not 12.", "12", UNS),
+    ("last-number-denied", "It can't be 12.", "12", Status.NO_ANSWER),
+    ("closing-math-denied", "It is not equal to $12$", "12", Status.NO_ANSWER),
+    ("denied-then-other", "I got 13, not 12", "12", NO),
 ]
 
 
@@ -221,6 +240,8 @@ EXTRACTION_KEEPS: list[Row] = [
     ("phrase-span-then-prose", "the answer is $5$, since", "5", OK),
     ("phrase-span-and-prose", "The answer is $5$ and it is odd", "5", OK),
     ("phrase-list-and", "The answer is 5, 6, and 7.", "5, 6, 7", OK),
+    ("last-number-before-denied", "we got 42, not 41", "42", OK),
+    ("number-with-prose", "Answer: Jane started 3 hours ago.", "3", OK),
     # Policy (extract.py): an answer line after the last box is the final word.
     ("answer-line-after-box", "The answer is \\boxed{4}.\nAnswer: 5", "5", OK),
     ("box-overridden-by-line", "The answer is \\boxed{4}.\nAnswer: 5", "4", NO),
@@ -291,6 +312,10 @@ CORRECT_FORMS: list[Row] = [
     ("pm-vs-list", r"\pm 2", "-2,2", OK),
     ("label-or-label", r"x=2 \text{ or } x=-2", r"\pm 2", OK),
     ("arabic-indic-digits", "\u0661\u0662", "12", OK),
+    ("vulgar-half", "\u00bd", "1/2", OK),
+    ("vulgar-mixed", "2\u00bd", "5/2", OK),
+    ("unit-more", r"5 \text{ more}", "5", OK),
+    ("unit-words", r"18 \text{ more dollars}", "18", OK),
 ]
 
 
@@ -310,6 +335,7 @@ POLICIES: list[Row] = [
     ("root3-hundredths", "1.73", r"\sqrt3", OK),
     ("twentyfourth-3dp", "0.042", r"\frac1{24}", OK),
     ("twentyfourth-2dp", "0.04", r"\frac1{24}", NO),
+    ("sqrt2-tenths", "1.4", r"\sqrt2", NO),
     ("rounded-gold", r"\frac{1}{3}", "0.33", OK),
     ("coarse-gold", r"\pi", "3.1", NO),
     # normalize.py: a degree outside a trig argument is a unit, dropped like one
@@ -341,6 +367,13 @@ POLICIES: list[Row] = [
     ("choice-vs-variable", "A", "a", NO),
     ("repeated-interval", r"[1,2]\cup[1,2]", "[1,2]", OK),
     ("zero-power-zero", "0^0", "1", OK),
+    # parse.py: only what follows the last "is" counts (`The largest n is 34`)
+    # structures.py: a label chain keeps its last value even when false (Math-Verify
+    # cases 98-115 expect it); only the last term is credited, so it hedges nothing
+    ("false-chain-last", "x = 12 = 13", "13", OK),
+    ("false-chain-first", "x = 12 = 13", "12", NO),
+    ("function-value-label", "f(3) = 12", "12", OK),
+    ("copula-restates", r"12 \text{ or } 13 \text{ is } 12", "12", OK),
 ]
 
 
