@@ -23,6 +23,7 @@ _UNICODE = {
     "·": r"\cdot ",
     "⋅": r"\cdot ",
     "÷": "/",
+    "⁄": "/",  # fraction slash (NFKC turns ½ into 1⁄2)
     "√": r"\sqrt ",
     "π": r"\pi ",
     "∞": r"\infty ",
@@ -38,6 +39,12 @@ _UNICODE = {
     "£": "",
     "\u00a0": " ",
 }
+# Vulgar fractions (½) as \frac, before NFKC would glue `2½` into `21⁄2`.
+_VULGAR = {
+    ch: r"\frac{" + unicodedata.normalize("NFKC", ch).replace("⁄", "}{") + "}"
+    for ch in "½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅐⅛⅜⅝⅞⅑⅒"
+}
+_RE_VULGAR = re.compile("[" + "".join(_VULGAR) + "]")
 _RE_ROOT_DIGITS = re.compile(r"√(\d+(?:\.\d+)?)")  # √19 is √(19), unlike \sqrt19
 _RE_UNICODE = re.compile("|".join(map(re.escape, _UNICODE)))
 
@@ -95,6 +102,7 @@ def normalize(text: str) -> str:
         s = s.replace(bad, fixed)
     s = _RE_DOUBLED.sub(r"\\", s)
     s = _RE_SUPER.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", s)
+    s = _RE_VULGAR.sub(lambda m: _VULGAR[m.group(0)], s)
     s = _RE_REALS.sub(r"(-\\infty,\\infty)", s)
     s = unicodedata.normalize("NFKC", s)
     s = _RE_ROOT_DIGITS.sub(r"\\sqrt{\1}", s)

@@ -22,6 +22,14 @@ _GREEK = frozenset(
 _MATRIX_ENVS = frozenset(
     {"pmatrix", "bmatrix", "matrix", "array", "vmatrix", "Bmatrix"}
 )
+# Negations, hedges and directions: never dropped like a unit after a number.
+_NOT_UNITS = frozenset(
+    {"not", "no", "never", "maybe", "perhaps", "possibly", "probably", "excluded",
+     "except", "excluding", "wrong", "false", "incorrect", "impossible", "undefined",
+     "invalid", "none", "neither", "nor", "either", "than", "about", "around",
+     "roughly", "approximately", "nearly", "almost", "over", "under", "above", "below",
+     "plus", "minus", "unknown", "cannot", "isnt"}
+)  # fmt: skip
 _UNIT_FOLLOWERS = frozenset({"end", ",", ";", ")", "]", "}", "and", "or", "=", "%"})
 
 
@@ -90,8 +98,14 @@ class AtomParser:
                 return node
 
     def _skip_unit(self) -> None:
-        """Drop a trailing unit word (``cm``, ``inches^2``) that ends an item."""
-        self.advance()
+        """Drop a trailing unit word (``cm``, ``inches^2``) that ends an item.
+
+        Words that change what the value means (``12 not``, ``5 maybe``, ``3 below
+        zero``) are not units: the answer is refused, never read as the bare number.
+        """
+        word = self.advance().text
+        if word in _NOT_UNITS:
+            raise Refused(f"{word!r} after a value")
         if self.peek() == Token("op", "^"):
             self.advance()
             self.exponent()
@@ -297,7 +311,8 @@ class AtomParser:
                 break
         if self._env_name() != env:
             raise Refused("mismatched environment")
-        return Node("matrix", tuple(rows))
+        matrix = Node("matrix", tuple(rows))
+        return Node("abs", (matrix,)) if env == "vmatrix" else matrix  # a determinant
 
     def _env_name(self) -> str:
         self.expect("{")

@@ -50,6 +50,15 @@ _NEXT_LINE = re.compile(r"\s*(\S[^\n]*)")
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 # Two or more non-ASCII, non-Greek letters in a row (`答案是`, `Ответ`) are words.
 _FOREIGN_WORD = re.compile(r"[^\W\d_A-Za-z\u0370-\u03ff]{2,}")
+# Prose that denies or hedges its only number never reduces to that number.
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|none|neither|nor|cannot|maybe|perhaps)\b|n't\b", re.IGNORECASE
+)
+_DENIED = re.compile(
+    r"(?:\bnot|n't|\bnever|\bno)(?:\s+(?:be|equal|equals|to|exactly))*"
+    r"\s*(?:\$\$|\$|\\\(|\\\[|-)?\s*\Z",
+    re.IGNORECASE,
+)
 _BARE_WORDS = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi"})
 _PHRASES = ("final answer is", "answer is", "result is")
 _MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
@@ -150,7 +159,9 @@ def _line_content(rest: str) -> str | None:
     if "\\" in sentence or "$" in sentence:
         return answer
     numbers = _NUMBER.findall(sentence)
-    return clean(numbers[0]) if len(numbers) == 1 else answer
+    if len(numbers) != 1 or _NEGATION.search(outside_math):
+        return answer  # `Answer: not 12` is not 12
+    return clean(numbers[0])
 
 
 def phrase_answer(text: str) -> str | None:
@@ -218,6 +229,8 @@ def closing_math(text: str) -> str | None:
     tail = text[best[2] :].strip()
     if len(tail) > MAX_CLOSING_TAIL_CHARS or any(char.isdigit() for char in tail):
         return None
+    if _DENIED.search(text, max(0, best[0] - 40), best[0]):
+        return None  # `It is not $12$.`
     return clean(text[best[0] : best[1]])
 
 
@@ -245,7 +258,8 @@ def bare_answer(text: str) -> str | None:
 
 
 def last_number(text: str) -> str | None:
-    """The last number not glued to a word (digits, point, thousands commas, a/b)."""
+    """The last number not glued to a word (digits, point, thousands commas, a/b)
+    and not ruled out by a negation just before it (`we got 42, not 41` gives 42)."""
     end = len(text)
     for _ in range(MAX_NUMBER_TRIES):
         last = max(text.rfind(digit, 0, end) for digit in _DIGITS)
@@ -253,9 +267,11 @@ def last_number(text: str) -> str | None:
             return None
         head = text[: last + 1]
         start = len(head.rstrip(_NUMBER_CHARS))
-        if not _glued_to_word(text, start - 1):
+        denied = _DENIED.search(text, max(0, start - 40), start) is not None
+        if not denied and not _glued_to_word(text, start - 1):
             return _number_token(text, start, head[start:])
-        end = start  # `H2O`, `AZYUK2A`: part of a word, look further back
+        # `H2O` (part of a word) or `42, not 41` (ruled out): look further back
+        end = start
     return None
 
 
