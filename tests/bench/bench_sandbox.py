@@ -26,7 +26,7 @@ from workers.local import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.sandbox import Sandbox
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 OPTIONS = GradeOptions()
 TRIVIAL = Verdict(
     correct=True,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = ROOT.parent / "shared" / "data"
+DATA_DIR = ROOT / "tests" / "data"
 QUICK_ITEMS = 100
 
 

@@ -24,7 +24,7 @@ import redis
 from producer.client import Rollout
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIRS = (Path("/work/shared/data"), REPO_ROOT.parent / "shared" / "data")
+DATA_DIRS = (REPO_ROOT / "tests" / "data",)
 
 
 def data_dir() -> Path:

@@ -25,9 +25,7 @@ from workers.testhooks import ABORT, HANG, OOM, hooked_grade
 
 pytestmark = pytest.mark.integration
 
-DATA = Path("/work/shared/data")
-if not DATA.is_dir():  # the repository copy, when the tree is checked out elsewhere
-    DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _real_rollouts() -> list[Rollout]:

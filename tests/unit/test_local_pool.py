@@ -14,7 +14,7 @@ from workers.batch import GradeItem
 from workers.local import LocalPool
 from workers.models import GradeOptions, Status, Verdict
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 OPTIONS = GradeOptions()
 MIB = 1 << 20
 

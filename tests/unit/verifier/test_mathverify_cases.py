@@ -19,7 +19,7 @@ from typing import Any
 from workers.models import ExtractionMethod, Status, Verdict
 from workers.verifier import grade, grade_answer
 
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 CASES = DATA / "mathverify_cases.jsonl"
 MAX_SNIPPET_CHARS = 300
 _SPAN = re.compile(

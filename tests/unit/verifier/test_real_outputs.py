@@ -16,7 +16,7 @@ import pytest
 
 from workers.verifier import grade
 
-DATA_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 REVIEWED_PATH = Path(__file__).with_name("real_output_disagreements.json")
 MIN_AGREEMENT = 0.995
 

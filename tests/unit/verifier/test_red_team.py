@@ -22,7 +22,7 @@ from workers.verifier import grade, grade_answer
 from workers.verifier.pipeline import parse_answer
 from workers.verifier.values import exact_value
 
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 OK, NO, UNS = Status.CORRECT, Status.WRONG, Status.UNSUPPORTED
 
 Row = tuple[str, str, str, Status]
