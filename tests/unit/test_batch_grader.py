@@ -21,10 +21,7 @@ from workers.errors import CacheError
 from workers.models import GradeOptions, Status, Verdict
 from workers.sandbox import Sandbox
 
-DATA = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared/data/qwen25math_math_cot_100.jsonl"
-)
+DATA = Path(__file__).resolve().parents[1] / "data" / "qwen25math_math_cot_100.jsonl"
 OPTIONS = GradeOptions()
 MIB = 1 << 20
 # Set by a test before the sandbox forks; the child inherits it and logs each call.
