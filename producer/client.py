@@ -40,6 +40,12 @@ __all__ = [
 
 # The workers' default per-item deadline; pass `item_timeout_s` if the fleet differs.
 DEFAULT_ITEM_TIMEOUT_S = 5.0
+# A running batch writes a new heartbeat every second from its own thread, also while
+# one slow item is graded (the sandbox child grades it; the worker thread only waits
+# in `poll`), so a live worker is never silent for long. 10 s is 10 missed beats:
+# enough slack for a loaded machine or a Redis hiccup, and what a SIGKILLed worker
+# costs an RL step (it was 4 x item deadline + 30 s = 50 s).
+DEFAULT_RESEND_AFTER_S = 10.0
 _PING_TIMEOUT_S = 2.0
 
 
@@ -105,12 +111,15 @@ class GradingClient:
         broker_url: Redis URL of the broker the workers consume.
         batch_size: rollouts per task.
         deadline_s: default time limit of a job (None: wait as long as it takes).
-        resend_after_s: a batch with no sign of life (no start, no progress
-            heartbeat) for this long is published again under the same id. Default:
-            4 x item deadline + 30 s; workers heartbeat at least once per item.
+        resend_after_s: a running batch with no new heartbeat for this long is
+            published again under the same id (default 10 s; workers beat every 1 s).
+        stall_after_s: when the whole job has had no news for this long, batches
+            not known to run (queued, or lost with a restarted Redis) are published
+            again. Default: `resend_after_s` if given, else 4 x item deadline + 30 s
+            (a queue shared with other jobs may hold a batch that long).
         options: verdict-changing options sent with every batch.
         result_backend: Redis URL of the result backend (default: the broker).
-        item_timeout_s: the workers' per-item deadline, used for the default above.
+        item_timeout_s: the workers' per-item deadline, used for `stall_after_s`.
         metrics: optional producer counters.
 
     Raises:
@@ -124,6 +133,7 @@ class GradingClient:
         batch_size: int = DEFAULT_BATCH_SIZE,
         deadline_s: float | None = None,
         resend_after_s: float | None = None,
+        stall_after_s: float | None = None,
         options: GradeOptions | None = None,
         result_backend: str | None = None,
         item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S,
@@ -134,7 +144,10 @@ class GradingClient:
         self.broker_url = broker_url
         self.batch_size = batch_size
         self.deadline_s = deadline_s
-        self.resend_after_s = resend_after_s or 4 * item_timeout_s + 30.0
+        self.resend_after_s = resend_after_s or DEFAULT_RESEND_AFTER_S
+        self.stall_after_s = (
+            stall_after_s or resend_after_s or 4 * item_timeout_s + 30.0
+        )
         self.options = options or GradeOptions()
         self._metrics = metrics
         backend_url = result_backend or broker_url
@@ -192,6 +205,7 @@ class GradingClient:
             publish=self._publish,
             deadline_at=None if limit_s is None else time.monotonic() + limit_s,
             resend_after_s=self.resend_after_s,
+            stall_after_s=self.stall_after_s,
             metrics=self._metrics,
         )
         self._publish_all(job_id, batches)
@@ -254,6 +268,10 @@ def _producer_app(broker_url: str) -> Celery:
         accept_content=["json"],
         task_default_queue=QUEUE,
         broker_connection_retry_on_startup=False,
+        # Plain JSON bodies: kombu's default base64 of a ~0.3 MB batch body (and the
+        # worker's decode) cost ~1 ms per 256-item batch for nothing; workers read
+        # each message's own `body_encoding`, so either form is accepted.
+        broker_transport_options={"body_encoding": None},
         task_publish_retry_policy={
             "max_retries": 3,
             "interval_start": 0,

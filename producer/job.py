@@ -1,8 +1,9 @@
 """One submitted grading job: polls result keys, re-sends lost batches, keeps order.
 
-Results are read from Celery's Redis result keys with one MGET per poll. A batch that
-shows no sign of life for `resend_after_s` is published again under the same id; the
-first result per index wins, later duplicates are ignored.
+Results are read from Celery's Redis result keys with one MGET per poll. A running
+batch with no new heartbeat for `resend_after_s`, or any unfinished batch once the
+whole job has been silent for `stall_after_s`, is published again under the same id;
+the first result per index wins, later duplicates are ignored.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ __all__ = ["Batch", "GradingJob", "Progress", "format_ranges"]
 _KEY_PREFIX = str(KeyValueStoreBackend.task_keyprefix).encode()
 _RUNNING = frozenset({"STARTED", "PROGRESS"})
 _MAX_FAILURES = 3
-_POLL_MIN_S, _POLL_MAX_S = 0.005, 0.02
+# Poll backoff: 5 ms doubling to 10 ms while nothing is new (an MGET of the pending
+# keys costs ~0.1 ms; the cap bounds how late the last batch of a job is noticed).
+_POLL_MIN_S, _POLL_MAX_S = 0.005, 0.01
 _RESEND_CHECK_S = 0.25
 
 
@@ -90,6 +93,7 @@ class GradingJob:
         publish: Callable[[str, Batch], None],
         deadline_at: float | None,
         resend_after_s: float,
+        stall_after_s: float | None = None,
         metrics: Any = None,
     ) -> None:
         self.job_id = job_id
@@ -99,6 +103,7 @@ class GradingJob:
         self._publish = publish
         self._deadline_at = deadline_at
         self._resend_after_s = resend_after_s
+        self._stall_after_s = stall_after_s or resend_after_s
         self._metrics = metrics
         self._verdicts: list[Verdict | None] = [None] * total
         self._done = 0
@@ -241,15 +246,19 @@ class GradingJob:
             self._redis.delete(*keys)
 
     def _resend_stale(self, now: float) -> None:
-        stalled = now - self._last_activity > self._resend_after_s
+        """Re-send running batches silent for `resend_after_s` (their worker died)
+        and, once the whole job is silent for `stall_after_s`, the others too."""
+        stalled = now - self._last_activity > self._stall_after_s
         for batch in self._batches:
             if batch.done:
                 continue
-            # Back off per batch so a slow fleet is not flooded with copies.
-            quiet_s = self._resend_after_s * 2 ** min(batch.resends, 4)
-            if now - max(batch.sent_at, batch.seen_at) < quiet_s:
+            running = batch.state in _RUNNING
+            if not (running or stalled):
                 continue
-            if batch.state in _RUNNING or stalled:
+            # Back off per batch so a slow fleet is not flooded with copies.
+            base_s = self._resend_after_s if running else self._stall_after_s
+            quiet_s = base_s * 2 ** min(batch.resends, 4)
+            if now - max(batch.sent_at, batch.seen_at) >= quiet_s:
                 self._resend(batch)
         if stalled:
             self._last_activity = now

@@ -63,6 +63,7 @@ class WorkerRuntime:
     """What one worker process grades with: settings, Redis, sandbox, metrics."""
 
     settings: WorkerSettings
+    results_redis: redis.Redis[bytes]  # Celery's result keys (often `redis` itself)
     redis: redis.Redis[bytes]
     metrics: WorkerMetrics
     observer: TaskObserver
@@ -78,6 +79,8 @@ class WorkerRuntime:
     def close(self) -> None:
         self.sandbox.close()
         self.redis.close()
+        if self.results_redis is not self.redis:
+            self.results_redis.close()
 
 
 _settings: WorkerSettings | None = None
@@ -124,12 +127,18 @@ def build_runtime(settings: WorkerSettings) -> WorkerRuntime:
     client: redis.Redis[bytes] = redis.Redis.from_url(
         settings.broker_url, socket_timeout=10
     )
+    results: redis.Redis[bytes] = (
+        client
+        if settings.backend_url == settings.broker_url
+        else redis.Redis.from_url(settings.backend_url, socket_timeout=10)
+    )
     metrics = WorkerMetrics()
     observer = TaskObserver(metrics)
     sandbox = _sandbox(settings, observer)
     return WorkerRuntime(
         settings=settings,
         redis=client,
+        results_redis=results,
         metrics=metrics,
         observer=observer,
         sandbox=sandbox,
@@ -180,7 +189,10 @@ def create_app(settings: WorkerSettings) -> Celery:
         result_accept_content=["json"],
         task_acks_late=True,
         task_reject_on_worker_lost=True,
-        task_track_started=True,
+        # STARTED and SUCCESS are written by the task itself, pipelined with its
+        # bookkeeping (workers.tasks.ResultSlot); Celery still stores failures.
+        task_track_started=False,
+        task_store_errors_even_if_ignored=True,
         worker_prefetch_multiplier=1,
         task_default_queue=QUEUE,
         broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -23,9 +26,8 @@ from workers.batch import GradeItem
 from workers.contract import (
     GRADE_BATCH,
     WireBatchRequest,
-    WireResult,
     batch_from_wire,
-    result_to_wire,
+    result_json,
 )
 from workers.models import ExtractionMethod, Status, Verdict
 from workers.verifier import GRADER_VERSION
@@ -33,15 +35,18 @@ from workers.verifier import GRADER_VERSION
 __all__ = ["attempts_key", "grade_batch", "partial_key", "run_batch"]
 
 # Verdicts are saved after every chunk: a lost worker costs at most one chunk's work.
-# Chunks start small and double while they are fast (fewer round trips); after a
-# slow one they drop to a couple of items, so little graded work is at stake when a
-# worker is lost or the backstop interrupts a chunk.
+# Chunks start small and grow x4 while they are fast (fewer round trips: a 256-item
+# batch takes 16 + 64 + 176, 3 chunks, where doubling took 5; each chunk costs a cache
+# MGET, a partial-results HSET and a sandbox exchange); after a slow one they drop to
+# a couple of items, so little graded work is at stake when a worker is lost or the
+# backstop interrupts a chunk.
 FIRST_CHUNK_ITEMS = 16
+CHUNK_GROWTH = 4
 SLOW_CHUNK_ITEMS = 2
 MAX_CHUNK_ITEMS = 256
 CHUNK_TARGET_S = 0.25
-# A running batch writes a PROGRESS state at most this often (the producer's sign
-# of life: no news for `resend_after_s` means the batch is re-sent).
+# A running batch writes a PROGRESS state this often (the producer's sign of life:
+# no news for `resend_after_s`, 10 s by default, means the batch is re-sent).
 HEARTBEAT_INTERVAL_S = 1.0
 
 
@@ -57,47 +62,109 @@ def partial_key(batch_id: str) -> str:
     return f"gradefleet:v1:partial:{batch_id}"
 
 
-class BatchProgress:
-    """A batch's attempt counter and saved verdicts in Redis."""
+@dataclass(frozen=True, slots=True)
+class ResultSlot:
+    """Celery's result key of this task, written by the task itself.
 
-    def __init__(self, client: redis.Redis[bytes], batch_id: str, ttl_s: int) -> None:
+    The task stores its STARTED and SUCCESS states with one plain SET each, in the
+    same pipelines as the batch bookkeeping, instead of through Celery's backend
+    (which does a GET, then SETEX + PUBLISH, per state: 4 round trips per batch).
+    The value has Celery's layout, so Celery tools and the producer read it as usual;
+    failures are still stored by Celery (`task_store_errors_even_if_ignored`).
+    """
+
+    client: redis.Redis[bytes]
+    key: bytes
+    ttl_s: int
+    task_id: str
+
+    def meta(self, status: str, result_json: str) -> str:
+        """Celery's meta layout around a result given as JSON text."""
+        done = datetime.now(UTC).isoformat() if status == "SUCCESS" else None
+        return (
+            f'{{"status": {json.dumps(status)}, "result": {result_json}, '
+            f'"traceback": null, "children": [], "date_done": {json.dumps(done)}, '
+            f'"task_id": {json.dumps(self.task_id)}}}'
+        )
+
+
+class BatchProgress:
+    """A batch's attempt counter, saved verdicts and (optionally) result state."""
+
+    def __init__(
+        self,
+        client: redis.Redis[bytes],
+        batch_id: str,
+        ttl_s: int,
+        slot: ResultSlot | None = None,
+    ) -> None:
         self._redis = client
         self._attempts = attempts_key(batch_id)
         self._partial = partial_key(batch_id)
         self._ttl_s = ttl_s
+        self._slot = slot
+        # index -> verdict JSON of every verdict this delivery has (saved or found):
+        # encoded once, used for the partial hash and spliced into the result.
+        self.encoded: dict[int, str] = {}
+
+    def _result_pipe(self, main: Any) -> Any:
+        """The pipeline for the result key: `main` when both live in one Redis."""
+        if self._slot is None or self._slot.client is self._redis:
+            return main
+        return self._slot.client.pipeline(transaction=False)
 
     def begin(self) -> tuple[int, dict[int, Verdict]]:
-        """Count this delivery; return (unfinished deliveries incl. this, saved)."""
+        """Count this delivery, mark it STARTED; return (deliveries incl. this, saved).
+
+        STARTED is set only if the key is absent (NX): it never hides a stored result.
+        """
         pipe = self._redis.pipeline(transaction=False)
         pipe.incr(self._attempts)
         pipe.expire(self._attempts, self._ttl_s)
         pipe.hgetall(self._partial)
-        attempts, _, saved = pipe.execute()
+        if self._slot is not None:
+            other = self._result_pipe(pipe)
+            meta = self._slot.meta("STARTED", json.dumps({"pid": os.getpid()}))
+            other.set(self._slot.key, meta, ex=self._slot.ttl_s, nx=True)
+            if other is not pipe:
+                other.execute()
+        attempts, _, saved = pipe.execute()[:3]
         verdicts: dict[int, Verdict] = {}
         for index, raw in saved.items():
             try:
-                verdicts[int(index)] = Verdict.from_dict(json.loads(raw))
+                verdict = Verdict.from_dict(json.loads(raw))
             except (KeyError, TypeError, ValueError):
                 continue  # unreadable (another version?): grade that item again
+            verdicts[int(index)] = verdict
+            self.encoded[int(index)] = json.dumps(verdict.to_dict())
         return int(attempts), verdicts
 
     def save(self, pairs: Sequence[tuple[int, Verdict]]) -> None:
         """Save verdicts: one hash field per item index (value: verdict JSON)."""
         if not pairs:
             return
-        mapping: dict[str | bytes, bytes | float | int | str] = {
-            str(i): json.dumps(v.to_dict()) for i, v in pairs
-        }
+        mapping: dict[str | bytes, bytes | float | int | str] = {}
+        for index, verdict in pairs:
+            text = self.encoded[index] = json.dumps(verdict.to_dict())
+            mapping[str(index)] = text
         pipe = self._redis.pipeline(transaction=False)
         pipe.hset(self._partial, mapping=mapping)
         pipe.expire(self._partial, self._ttl_s)
         pipe.execute()
 
-    def finish(self) -> None:
-        """This delivery ended cleanly: it no longer counts towards poisoning."""
+    def finish(self, result_json: str | None = None) -> None:
+        """This delivery ended cleanly: store the result (JSON text) as SUCCESS (with
+        a slot) and stop counting it towards poisoning, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
+        other = pipe
+        if self._slot is not None and result_json is not None:
+            other = self._result_pipe(pipe)
+            meta = self._slot.meta("SUCCESS", result_json)
+            other.set(self._slot.key, meta, ex=self._slot.ttl_s)
         pipe.decr(self._attempts)
         pipe.expire(self._attempts, self._ttl_s)
+        if other is not pipe:
+            other.execute()  # the result first: a lost DECR only ages out
         pipe.execute()
 
 
@@ -142,7 +209,7 @@ def _grade_in_chunks(
         progress.save(pairs)
         start += size
         fast = time.monotonic() - chunk_started < CHUNK_TARGET_S
-        size = min(size * 2, MAX_CHUNK_ITEMS) if fast else SLOW_CHUNK_ITEMS
+        size = min(size * CHUNK_GROWTH, MAX_CHUNK_ITEMS) if fast else SLOW_CHUNK_ITEMS
 
 
 def run_batch(
@@ -150,10 +217,15 @@ def run_batch(
     request: WireBatchRequest,
     task: Task[Any, Any] | None = None,
 ) -> list[tuple[int, Verdict]]:
-    """Grade a validated batch; every item gets a verdict, in the batch's order."""
+    """Grade a validated batch; every item gets a verdict, in the batch's order.
+
+    With a `task`, its STARTED and SUCCESS states (the SUCCESS result is the
+    `WireResult`) are written to Celery's result key here (see `ResultSlot`).
+    """
     started = time.monotonic()
     ttl_s = 2 * runtime.settings.visibility_timeout_s
-    progress = BatchProgress(runtime.redis, request.batch_id, ttl_s)
+    slot = None if task is None else _result_slot(runtime, task)
+    progress = BatchProgress(runtime.redis, request.batch_id, ttl_s, slot)
     attempts, done = progress.begin()
     todo = [
         GradeItem(index=it["index"], response=it["response"], gold=it["gold"])
@@ -167,11 +239,37 @@ def run_batch(
     )
     with beat:
         _grade_or_stand_in(runtime, request, todo, done, progress, attempts)
-    progress.finish()
+    progress.finish(_result_json(request, done, progress.encoded))
     runtime.metrics.batch_done(
         size=len(request.items), duration_s=time.monotonic() - started
     )
     return [(it["index"], done[it["index"]]) for it in request.items]
+
+
+def _result_json(
+    request: WireBatchRequest, done: dict[int, Verdict], encoded: dict[int, str]
+) -> str:
+    """The result of exactly this batch's indexes, from the texts saved already
+    (an index missing there, e.g. a save cut short by the backstop, is encoded)."""
+    texts: dict[int, str] = {}
+    for item in request.items:
+        index = item["index"]
+        text = encoded.get(index)
+        texts[index] = json.dumps(done[index].to_dict()) if text is None else text
+    return result_json(
+        job_id=request.job_id, batch_id=request.batch_id, verdicts_json=texts
+    )
+
+
+def _result_slot(runtime: WorkerRuntime, task: Task[Any, Any]) -> ResultSlot:
+    backend: Any = task.backend
+    task_id = str(task.request.id)
+    return ResultSlot(
+        client=runtime.results_redis,
+        key=bytes(backend.get_key_for_task(task_id)),
+        ttl_s=int(backend.expires or runtime.settings.visibility_timeout_s),
+        task_id=task_id,
+    )
 
 
 def _grade_or_stand_in(
@@ -207,6 +305,9 @@ class _Heartbeat:
         self, task: Task[Any, Any], total: int, done: Callable[[], int]
     ) -> None:
         self._task = task
+        # Read here, in the task's thread: `task.request` is thread-local, and in the
+        # heartbeat thread its id is None (every beat used to fail on that).
+        self._task_id = str(task.request.id)
         self._total = total
         self._done = done
         self._stop = threading.Event()
@@ -223,24 +324,28 @@ class _Heartbeat:
         self._thread.join()
 
     def _run(self) -> None:
+        beat = 0
         while not self._stop.wait(HEARTBEAT_INTERVAL_S):
-            # Best effort: a missed heartbeat at worst makes the producer re-send.
+            beat += 1
+            # `beat` makes every heartbeat a new value: the producer counts a *change*
+            # of the result key as a sign of life, and `done` alone stands still
+            # while a slow chunk is graded. Best effort: a missed heartbeat at worst
+            # makes the producer re-send.
+            meta = {"done": self._done(), "total": self._total, "beat": beat}
             with contextlib.suppress(redis.RedisError, OSError):
                 self._task.update_state(
-                    state="PROGRESS", meta={"done": self._done(), "total": self._total}
+                    task_id=self._task_id, state="PROGRESS", meta=meta
                 )
 
 
-# A short result repr: Celery formats one per task for its log line, and a batch
-# result is large (saferepr of 1 KB costs ~1 ms per task).
-@shared_task(name=GRADE_BATCH, bind=True, resultrepr_maxsize=160)
-def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> WireResult:
-    """Grade one wire batch (see `workers.contract`); returns the result wire."""
+# The result is stored by `run_batch` itself (ignore_result: Celery's backend would
+# store it again); errors are still stored by Celery (store_errors_even_if_ignored).
+@shared_task(name=GRADE_BATCH, bind=True, ignore_result=True)
+def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
+    """Grade one wire batch (see `workers.contract`); the `WireResult` is stored in
+    the task's result key by `run_batch`."""
     request = batch_from_wire(wire)
     runtime = get_runtime()
     runtime.metrics.queue_wait(time.time() - request.enqueued_at)
     with runtime.metrics.busy():
-        pairs = run_batch(runtime, request, self)
-    return result_to_wire(
-        job_id=request.job_id, batch_id=request.batch_id, results=pairs
-    )
+        run_batch(runtime, request, self)

@@ -1,6 +1,6 @@
 """Fleet benchmark processes: a private redis-server and `python -m workers` nodes.
 
-Also loads the real rollouts from the shared data directory.
+Also loads the real rollouts from tests/data.
 """
 
 from __future__ import annotations

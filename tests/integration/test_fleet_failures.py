@@ -78,6 +78,23 @@ def test_fleet_sigkill_of_whole_worker_loses_nothing(workers, wait_until):
     _assert_graded_like_grade(rollouts, verdicts, skip=hangs)
 
 
+def test_fleet_slow_batch_is_alive_not_resent(workers):
+    # Given a batch whose first item hangs to its 4 s deadline (the batch's `done`
+    # count stands still meanwhile) and a producer that re-sends after 2 s of silence
+    workers.start(item_timeout_s=4.0)
+    rollouts = [Rollout(f"\\boxed{{{HANG}}}", "1")] + [_normal(k) for k in range(7)]
+    with GradingClient(
+        workers.redis_url, batch_size=8, resend_after_s=2.0, deadline_s=60
+    ) as client:
+        job = client.submit(rollouts)
+        verdicts = job.results()
+        resent = job.resent_batches
+    # Then the heartbeats (a new value every second) kept it alive: nothing re-sent
+    assert resent == 0
+    assert verdicts[0].status is Status.TIMEOUT
+    _assert_graded_like_grade(rollouts, verdicts, skip={0})
+
+
 def test_fleet_sigterm_is_a_warm_shutdown(workers, wait_until):
     # Given a worker busy with a batch that takes a few seconds (3 hang items)
     worker = workers.start(item_timeout_s=1.0)

@@ -232,3 +232,33 @@ def test_batch_cache_store_error_keeps_the_verdicts(
     results = BatchGrader(sandbox=sandbox, cache=ReadOnlyCache()).grade(items, OPTIONS)
     assert [v.correct for _, v in results] == [False, True, False]
     assert "cache store failed" in caplog.text
+
+
+def test_batch_own_fields_copy_keeps_every_other_field() -> None:
+    # Given a verdict with no default left in any field, and another response's prep
+    from workers.batch import _with_own_fields
+    from workers.models import ExtractionMethod, VerifyMethod
+
+    verdict = Verdict(
+        correct=True,
+        status=Status.CORRECT,
+        format_valid=True,
+        extracted="2",
+        extraction_method=ExtractionMethod.BOXED,
+        canonical_pred="2",
+        canonical_gold="2",
+        verify_method=VerifyMethod.NUMERIC,
+        reason="equal",
+        grader_version="gv",
+        cached=False,
+    )
+    own = verifier.prepare("The answer is: 2.0", "2")
+    # When the per-response fields are swapped in
+    copy = _with_own_fields(verdict, own, True)
+    # Then it equals `replace` of exactly those fields (a new Verdict field would show)
+    assert copy == verdict.replace(
+        extracted=own.extracted,
+        extraction_method=own.extraction_method,
+        format_valid=own.format_valid,
+        cached=True,
+    )
