@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -11,6 +12,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import settings
+
+# CI runs the property tests on a fixed seed (a red CI must be reproducible); local runs
+# keep exploring new examples.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 _START_DEADLINE_S = 10.0
 

@@ -167,7 +167,7 @@ class AtomParser:
         """A subscript as written: ``_3``, ``_{37}``, ``_{MBCN}`` (never evaluated)."""
         tok = self.advance()
         if tok.text != "{":
-            if tok.kind == "num" and len(tok.text) > 1:
+            if tok.kind == "num" and len(tok.text) > 1 and tok.text[:2].isdigit():
                 self.pos -= 1
                 return render(self._first_digit())
             if tok.kind not in {"num", "id", "word"}:
@@ -181,6 +181,7 @@ class AtomParser:
         return "".join(parts)
 
     def _first_digit(self) -> Node:
+        """Split ``34`` into 3 and ``4`` (callers check it starts with two digits)."""
         tok = self.tokens[self.pos]
         self.tokens[self.pos] = Token("num", tok.text[1:])
         return num(int(tok.text[0]))
@@ -195,7 +196,7 @@ class AtomParser:
             self.leave()
             self.expect("}")
             return inner
-        if tok.kind == "num" and len(tok.text) > 1 and tok.text[1].isdigit():
+        if tok.kind == "num" and len(tok.text) > 1 and tok.text[:2].isdigit():
             return self._first_digit()
         if tok.kind in {"num", "id"} or (tok.kind == "cmd" and tok.text in _CONSTANTS):
             return self.atom()

@@ -6,7 +6,7 @@ import doctest
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import workers.verifier as verifier
@@ -154,6 +154,16 @@ _ALPHABET = st.sampled_from(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_ALPHABET, max_size=30), st.lists(_ALPHABET, max_size=12))
+@example(pred=[], gold=[r"\frac", ".", "0"])  # found by this test: `\frac.0` raised
 def test_grade_latex_soup_never_errors(pred: list[str], gold: list[str]) -> None:
     verdict = grade_answer("".join(pred), "".join(gold) or "1")
     assert verdict.status is not Status.ERROR, verdict.reason
+
+
+# Found by fuzzing: a number token starting with "." after a command or a subscript.
+@pytest.mark.parametrize(
+    "text", [r"\frac.0", r"\binom.20", r"0_.2", r"\dfrac.2y", "x_.5"]
+)
+def test_grade_leading_dot_numbers_after_commands_are_not_errors(text: str) -> None:
+    assert grade_answer(text, "1").status is not Status.ERROR
+    assert grade_answer("1", text).status is not Status.ERROR
