@@ -30,7 +30,7 @@ from typing import Any
 from workers import verifier
 from workers.childproc import encode_frame, write_all
 from workers.errors import SandboxError
-from workers.models import ExtractionMethod, GradeOptions, Status, Verdict, VerifyMethod
+from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
 
 __all__ = ["GradeFn", "Sandbox", "failure_verdict", "safe_prepare", "warm_up_verifier"]
@@ -103,18 +103,7 @@ def failure_verdict(
 ) -> Verdict:
     """A failure verdict that still carries the (cheap, parent-side) extraction."""
     prepared, _error = safe_prepare(response, gold, options)
-    return Verdict(
-        correct=False,
-        status=status,
-        format_valid=prepared.format_valid,
-        extracted=prepared.extracted,
-        extraction_method=prepared.extraction_method,
-        canonical_pred=prepared.canonical_pred,
-        canonical_gold=prepared.canonical_gold,
-        verify_method=VerifyMethod.NONE,
-        reason=reason,
-        grader_version=verifier.GRADER_VERSION,
-    )
+    return verifier.verdict_from(prepared, status=status, reason=reason)
 
 
 def _verdict_or_none(reply: Any) -> Verdict | None:

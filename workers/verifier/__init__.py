@@ -22,6 +22,7 @@ __all__ = [
     "grade",
     "grade_answer",
     "prepare",
+    "verdict_from",
 ]
 
 _FALLBACK_METHODS = frozenset(
@@ -146,6 +147,18 @@ def decide(prepared: Prepared, *, options: GradeOptions | None = None) -> Verdic
             extraction_reason=prepared.extraction_reason,
             options=opts,
         )
+    return verdict_from(prepared, status=status, verify_method=method, reason=reason)
+
+
+def verdict_from(
+    prepared: Prepared,
+    *,
+    status: Status,
+    verify_method: VerifyMethod = VerifyMethod.NONE,
+    reason: str,
+) -> Verdict:
+    """The verdict for `prepared` with a decided status (also used by the sandbox to
+    report a timeout, memory kill or crash with the response's own extraction)."""
     return Verdict(
         correct=status is Status.CORRECT,
         status=status,
@@ -154,7 +167,7 @@ def decide(prepared: Prepared, *, options: GradeOptions | None = None) -> Verdic
         extraction_method=prepared.extraction_method,
         canonical_pred=prepared.canonical_pred,
         canonical_gold=prepared.canonical_gold,
-        verify_method=method,
+        verify_method=verify_method,
         reason=reason,
         grader_version=GRADER_VERSION,
     )
