@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -54,16 +54,16 @@ class _CliGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ProducerError as exc:
-            raise _one_line(exc, exc.exit_code) from exc
+            _exit_one_line(ctx, exc, exc.exit_code)
         except (GraderError, OSError) as exc:
             # The local pool could not start, the disk is full, ...: no traceback.
-            raise _one_line(exc, ProducerError.exit_code) from exc
+            _exit_one_line(ctx, exc, ProducerError.exit_code)
 
 
-def _one_line(exc: BaseException, exit_code: int) -> click.ClickException:
-    error = click.ClickException(str(exc) or type(exc).__name__)
-    error.exit_code = exit_code
-    return error
+def _exit_one_line(ctx: click.Context, exc: BaseException, exit_code: int) -> NoReturn:
+    # Not a ClickException with a changed exit_code: click 8.5 made that a ClassVar.
+    click.echo(f"Error: {str(exc) or type(exc).__name__}", err=True)
+    ctx.exit(exit_code)
 
 
 @click.group(cls=_CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
