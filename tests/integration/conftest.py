@@ -109,7 +109,9 @@ class WorkerFactory:
     ) -> WorkerProcess:
         name = f"w{len(self.started)}-{uuid.uuid4().hex[:6]}@localhost"
         env = {**os.environ, "GRADEFLEET_TEST_HOOKS": "1", **(extra_env or {})}
-        env["PYTHONPATH"] = str(REPO_ROOT)
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+        )
         log_path = self._log_dir / f"{name.split('@')[0]}.log"
         args = [sys.executable, "-m", "workers", "--broker", self.redis_url]
         args += [
