@@ -21,7 +21,7 @@ from workers.models import (
     Status,
     Verdict,
 )
-from workers.sandbox import Sandbox, safe_prepare
+from workers.sandbox import Sandbox
 
 __all__ = ["BatchGrader", "BatchObserver", "GradeItem", "NullObserver"]
 
@@ -107,7 +107,9 @@ class BatchGrader:
     ) -> list[tuple[int, Verdict]]:
         """Grade `items`; returns (item.index, verdict) in the order of `items`."""
         started = time.perf_counter()
-        prepared = [safe_prepare(it.response, it.gold, options)[0] for it in items]
+        prepared = [
+            verifier.prepare(it.response, it.gold, options=options) for it in items
+        ]
         groups = _group(prepared, options)
         cache = self._lookup(groups)
         fresh = [group for group in groups if group.verdict is None]

@@ -30,37 +30,15 @@ from typing import Any
 from workers import verifier
 from workers.childproc import encode_frame, write_all
 from workers.errors import SandboxError
-from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.models import GradeOptions, Status, Verdict
 from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
 
-__all__ = ["GradeFn", "Sandbox", "failure_verdict", "safe_prepare", "warm_up_verifier"]
+__all__ = ["GradeFn", "Sandbox", "failure_verdict", "warm_up_verifier"]
 
 log = logging.getLogger(__name__)
 
 _READ_CHUNK_BYTES = 1 << 16
 _MAX_CHUNK_ITEMS = 256
-
-
-def safe_prepare(
-    response: str, gold: str, options: GradeOptions
-) -> tuple[verifier.Prepared, str | None]:
-    """`verifier.prepare`, plus the error name if it broke its never-raises promise.
-
-    A verifier bug on one item must cost that item (an `error` verdict from the
-    sandbox), not the whole batch, so the failure becomes an uncacheable blank.
-    """
-    try:
-        return verifier.prepare(response, gold, options=options), None
-    except Exception as exc:  # reported in the item's verdict, never swallowed
-        blank = verifier.Prepared(
-            extracted=None,
-            extraction_method=ExtractionMethod.NONE,
-            format_valid=False,
-            canonical_pred=None,
-            canonical_gold=None,
-            decision_key=None,
-        )
-        return blank, type(exc).__name__
 
 
 # Answers that reach every lazily imported path of the verifier (SymPy included).
@@ -102,7 +80,7 @@ def failure_verdict(
     status: Status, reason: str, response: str, gold: str, options: GradeOptions
 ) -> Verdict:
     """A failure verdict that still carries the (cheap, parent-side) extraction."""
-    prepared, _error = safe_prepare(response, gold, options)
+    prepared = verifier.prepare(response, gold, options=options)
     return verifier.verdict_from(prepared, status=status, reason=reason)
 
 
