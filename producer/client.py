@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from celery import Celery
@@ -20,6 +19,7 @@ from kombu.exceptions import OperationalError
 
 from producer.errors import BrokerUnavailableError, InvalidRolloutError
 from producer.job import Batch, GradingJob, Progress
+from producer.settings import redact_url
 from workers.contract import (
     DEFAULT_BATCH_SIZE,
     GRADE_BATCH,
@@ -66,18 +66,6 @@ class ClientMetrics(Protocol):
     def results_received(self) -> Any: ...
     @property
     def batches_resent(self) -> Any: ...
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password (for error messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (
-        f":{parts.port}" if parts.port else ""
-    )
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _texts(rollout: object, index: int) -> tuple[str, str]:

@@ -10,9 +10,9 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from producer.errors import BrokerUnavailableError
+from producer.settings import redact_url
 from workers.contract import GRADE_BATCH, QUEUE
 
 __all__ = [
@@ -23,19 +23,6 @@ __all__ = [
     "redact_url",
     "totals_from_exposition",
 ]
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by `***` (safe to print)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from producer.client import GradingClient, Rollout, redact_url, validate_rollouts
+from producer.client import GradingClient, Rollout, validate_rollouts
 from producer.errors import BrokerUnavailableError, InvalidRolloutError
 from producer.job import format_ranges
+from producer.settings import redact_url
 
 
 def test_client_validate_accepts_rollouts_and_mappings():
