@@ -10,7 +10,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
+
+_E = TypeVar("_E", bound=StrEnum)
 
 
 class Status(StrEnum):
@@ -48,6 +50,23 @@ class VerifyMethod(StrEnum):
     CHOICE = "choice"
     TEXT = "text"
     NONE = "none"
+
+
+# value -> member: `Verdict.from_dict` runs once per result the producer receives,
+# and these lookups cost a fraction of calling the enum (which walks its metaclass).
+_STATUS_BY_VALUE: dict[str, Status] = {m.value: m for m in Status}
+_EXTRACTION_BY_VALUE: dict[str, ExtractionMethod] = {
+    m.value: m for m in ExtractionMethod
+}
+_VERIFY_BY_VALUE: dict[str, VerifyMethod] = {m.value: m for m in VerifyMethod}
+
+
+def _member(table: Mapping[str, _E], value: object, kind: str) -> _E:
+    """The enum member for `value`; ValueError (as the enum call) when unknown."""
+    member = table.get(value) if isinstance(value, str) else None
+    if member is None:
+        raise ValueError(f"{value!r} is not a valid {kind}")
+    return member
 
 
 # Statuses that depend on load or on our own bugs, never cached as final.
@@ -119,13 +138,19 @@ class Verdict:
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
         return cls(
             correct=bool(data["correct"]),
-            status=Status(data["status"]),
+            status=_member(_STATUS_BY_VALUE, data["status"], "Status"),
             format_valid=bool(data["format_valid"]),
             extracted=data.get("extracted"),
-            extraction_method=ExtractionMethod(data.get("extraction_method", "none")),
+            extraction_method=_member(
+                _EXTRACTION_BY_VALUE,
+                data.get("extraction_method", "none"),
+                "ExtractionMethod",
+            ),
             canonical_pred=data.get("canonical_pred"),
             canonical_gold=data.get("canonical_gold"),
-            verify_method=VerifyMethod(data.get("verify_method", "none")),
+            verify_method=_member(
+                _VERIFY_BY_VALUE, data.get("verify_method", "none"), "VerifyMethod"
+            ),
             reason=str(data.get("reason", "")),
             grader_version=str(data.get("grader_version", "")),
             cached=bool(data.get("cached", False)),

@@ -1,0 +1,62 @@
+"""Verdict <-> dict: every enum value round-trips; unknown values are a ValueError."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from workers.models import ExtractionMethod, Status, Verdict, VerifyMethod
+
+
+def test_models_verdict_round_trips_every_enum_value():
+    for status, extraction, verify in itertools.product(
+        Status, ExtractionMethod, VerifyMethod
+    ):
+        verdict = Verdict(
+            correct=status is Status.CORRECT,
+            status=status,
+            format_valid=True,
+            extracted="1",
+            extraction_method=extraction,
+            verify_method=verify,
+            reason="r",
+            grader_version="v",
+            cached=True,
+        )
+        back = Verdict.from_dict(verdict.to_dict())
+        assert back == verdict
+        assert type(back.status) is Status
+        assert type(back.extraction_method) is ExtractionMethod
+        assert type(back.verify_method) is VerifyMethod
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("status", "maybe"),
+        ("status", 1),
+        ("status", None),
+        ("extraction_method", "guess"),
+        ("verify_method", ["exact"]),
+    ],
+)
+def test_models_verdict_from_dict_rejects_unknown_enum_values(field, value):
+    data = Verdict(
+        correct=False,
+        status=Status.WRONG,
+        format_valid=False,
+        extracted=None,
+        extraction_method=ExtractionMethod.NONE,
+    ).to_dict()
+    data[field] = value
+    with pytest.raises(ValueError, match="is not a valid"):
+        Verdict.from_dict(data)
+
+
+def test_models_verdict_from_dict_defaults_missing_methods_to_none():
+    verdict = Verdict.from_dict(
+        {"correct": True, "status": "correct", "format_valid": True}
+    )
+    assert verdict.extraction_method is ExtractionMethod.NONE
+    assert verdict.verify_method is VerifyMethod.NONE
