@@ -1,6 +1,9 @@
-"""One submitted grading job: polls result keys, re-sends lost batches, keeps order.
+"""One submitted grading job: reads result keys, re-sends lost batches, keeps order.
 
-Results are read from Celery's Redis result keys with one MGET per poll. A running
+Results are read from Celery's Redis result keys with one MGET per poll. Between
+polls the job blocks on its "done" list (`contract.job_done_key`), where each worker
+pushes a batch's id right after storing its result: a poll follows each finished
+batch at once, and a quiet job polls only every quarter second. A running
 batch with no new heartbeat for `resend_after_s`, or any unfinished batch once the
 whole job has been silent for `stall_after_s`, is published again under the same id;
 the first result per index wins, later duplicates are ignored.
@@ -20,7 +23,7 @@ from celery.backends.base import KeyValueStoreBackend
 from kombu.exceptions import OperationalError
 
 from producer.errors import DeadlinePassedError, ProducerError
-from workers.contract import results_from_wire
+from workers.contract import job_done_key, results_from_wire
 from workers.errors import InvalidRequestError
 from workers.models import Verdict
 
@@ -29,9 +32,9 @@ __all__ = ["Batch", "GradingJob", "Progress", "format_ranges"]
 _KEY_PREFIX = str(KeyValueStoreBackend.task_keyprefix).encode()
 _RUNNING = frozenset({"STARTED", "PROGRESS"})
 _MAX_FAILURES = 3
-# Poll backoff: 5 ms doubling to 10 ms while nothing is new (an MGET of the pending
-# keys costs ~0.1 ms; the cap bounds how late the last batch of a job is noticed).
-_POLL_MIN_S, _POLL_MAX_S = 0.005, 0.01
+# Longest wait on the done list between polls: bounds how late a failure (stored by
+# Celery, which pushes no id), a heartbeat or a worker of an older version is seen.
+_WAIT_MAX_S = 0.25
 _RESEND_CHECK_S = 0.25
 
 
@@ -97,6 +100,7 @@ class GradingJob:
         metrics: Any = None,
     ) -> None:
         self.job_id = job_id
+        self._done_key = job_done_key(job_id).encode()
         self.total = total
         self._batches = batches
         self._redis = results_client
@@ -136,14 +140,13 @@ class GradingJob:
             DeadlinePassedError: the job deadline or `timeout_s` passed first.
         """
         limit = self._limit(timeout_s)
-        sleep_s = _POLL_MIN_S
         while True:
             if self._ready:
                 fresh, self._ready = self._ready, []
-                sleep_s = _POLL_MIN_S
                 yield from fresh
                 continue
             if self._done >= self.total:
+                self._forget([self._done_key])
                 return
             self._ready = self._poll()
             if self._ready:
@@ -152,8 +155,21 @@ class GradingJob:
             if limit is not None and now >= limit:
                 raise DeadlinePassedError(self._missing_message())
             self._maybe_resend(now)
-            time.sleep(sleep_s)
-            sleep_s = min(sleep_s * 2, _POLL_MAX_S)
+            wait_s = _WAIT_MAX_S if limit is None else min(_WAIT_MAX_S, limit - now)
+            self._wait_for_news(wait_s)
+
+    def _wait_for_news(self, timeout_s: float) -> None:
+        """Block until a worker pushes a finished batch id, or `timeout_s` passes.
+
+        The pushed id is only a wake-up: the poll that follows reads every pending
+        key, and the worker stored the result before pushing. An id left in the list
+        (several batches finished together) wakes the next wait at once, for one
+        cheap poll more.
+        """
+        try:
+            self._redis.blpop([self._done_key], timeout=max(timeout_s, 0.001))
+        except (redis.RedisError, OSError):
+            time.sleep(timeout_s)  # backend restarting: the deadline covers it
 
     def _maybe_resend(self, now: float) -> None:
         if now - self._last_resend_check >= _RESEND_CHECK_S:

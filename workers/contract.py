@@ -26,6 +26,7 @@ __all__ = [
     "WireResultItem",
     "batch_from_wire",
     "batch_to_wire",
+    "job_done_key",
     "result_json",
     "result_to_wire",
     "results_from_wire",
@@ -42,6 +43,13 @@ SCHEMA_VERSION = 1
 # 256 keeps most of the gain while an 8,192-rollout RL step still makes 32 tasks
 # (a 256-item batch of real outputs grades in ~25 ms, so the tail stays short).
 DEFAULT_BATCH_SIZE = 256
+
+
+def job_done_key(job_id: str) -> str:
+    """A Redis list, next to the result keys, where a worker pushes a batch's id once
+    its result is stored: the producer blocks on it (BLPOP) instead of polling."""
+    return f"gradefleet:v1:done:{job_id}"
+
 
 # Bounds that keep one message from exhausting a worker before grading even starts.
 MAX_ITEMS_PER_BATCH = 10_000

@@ -27,6 +27,7 @@ from workers.contract import (
     GRADE_BATCH,
     WireBatchRequest,
     batch_from_wire,
+    job_done_key,
     result_json,
 )
 from workers.models import ExtractionMethod, Status, Verdict
@@ -34,7 +35,9 @@ from workers.verifier import GRADER_VERSION
 
 __all__ = ["attempts_key", "grade_batch", "partial_key", "run_batch"]
 
-# Verdicts are saved after every chunk: a lost worker costs at most one chunk's work.
+# Verdicts are saved after every chunk but the last (which goes straight into the
+# result, stored in the same round trip that drops the saved ones): a lost worker
+# costs at most one chunk's work.
 # Chunks start small and grow x4 while they are fast (fewer round trips: a 256-item
 # batch takes 16 + 64 + 176, 3 chunks, where doubling took 5; each chunk costs a cache
 # MGET, a partial-results HSET and a sandbox exchange); after a slow one they drop to
@@ -77,6 +80,7 @@ class ResultSlot:
     key: bytes
     ttl_s: int
     task_id: str
+    done_key: str  # the job's list of finished batch ids (`contract.job_done_key`)
 
     def meta(self, status: str, result_json: str) -> str:
         """Celery's meta layout around a result given as JSON text."""
@@ -154,15 +158,21 @@ class BatchProgress:
 
     def finish(self, result_json: str | None = None) -> None:
         """This delivery ended cleanly: store the result (JSON text) as SUCCESS (with
-        a slot) and stop counting it towards poisoning, in one round trip."""
+        a slot), drop the saved verdicts (the result holds them all) and stop counting
+        it towards poisoning, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         other = pipe
         if self._slot is not None and result_json is not None:
             other = self._result_pipe(pipe)
             meta = self._slot.meta("SUCCESS", result_json)
             other.set(self._slot.key, meta, ex=self._slot.ttl_s)
+            # After the SET, in the same pipeline: a producer woken by this id
+            # always finds the result.
+            other.rpush(self._slot.done_key, self._slot.task_id)
+            other.expire(self._slot.done_key, self._slot.ttl_s)
         pipe.decr(self._attempts)
         pipe.expire(self._attempts, self._ttl_s)
+        pipe.delete(self._partial)
         if other is not pipe:
             other.execute()  # the result first: a lost DECR only ages out
         pipe.execute()
@@ -206,8 +216,9 @@ def _grade_in_chunks(
         chunk_started = time.monotonic()
         pairs = runtime.grader.grade(todo[start : start + size], request.options)
         done.update(pairs)
-        progress.save(pairs)
         start += size
+        if start < len(todo):  # the last chunk goes straight into the result
+            progress.save(pairs)
         fast = time.monotonic() - chunk_started < CHUNK_TARGET_S
         size = min(size * CHUNK_GROWTH, MAX_CHUNK_ITEMS) if fast else SLOW_CHUNK_ITEMS
 
@@ -224,7 +235,7 @@ def run_batch(
     """
     started = time.monotonic()
     ttl_s = 2 * runtime.settings.visibility_timeout_s
-    slot = None if task is None else _result_slot(runtime, task)
+    slot = None if task is None else _result_slot(runtime, task, request.job_id)
     progress = BatchProgress(runtime.redis, request.batch_id, ttl_s, slot)
     attempts, done = progress.begin()
     todo = [
@@ -261,7 +272,9 @@ def _result_json(
     )
 
 
-def _result_slot(runtime: WorkerRuntime, task: Task[Any, Any]) -> ResultSlot:
+def _result_slot(
+    runtime: WorkerRuntime, task: Task[Any, Any], job_id: str
+) -> ResultSlot:
     backend: Any = task.backend
     task_id = str(task.request.id)
     return ResultSlot(
@@ -269,6 +282,7 @@ def _result_slot(runtime: WorkerRuntime, task: Task[Any, Any]) -> ResultSlot:
         key=bytes(backend.get_key_for_task(task_id)),
         ttl_s=int(backend.expires or runtime.settings.visibility_timeout_s),
         task_id=task_id,
+        done_key=job_done_key(job_id),
     )
 
 

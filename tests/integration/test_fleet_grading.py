@@ -17,7 +17,13 @@ from producer.aio import AsyncGradingClient
 from producer.client import GradingClient, Rollout
 from producer.errors import DeadlinePassedError
 from workers import verifier
-from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire, results_from_wire
+from workers.contract import (
+    GRADE_BATCH,
+    QUEUE,
+    batch_to_wire,
+    job_done_key,
+    results_from_wire,
+)
 from workers.local import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.tasks import attempts_key, partial_key
@@ -234,6 +240,32 @@ def _wire(batch_id: str) -> dict:
     )
 
 
+def test_fleet_worker_pushes_batch_id_to_job_done_list_after_result(
+    fleet, fleet_redis, wait_until
+):
+    # Given a batch of job "test" sent straight to the queue
+    batch_id = f"done-{uuid.uuid4().hex}"
+    fleet_redis.delete(job_done_key("test"))
+    _send_wire(fleet.redis_url, _wire(batch_id))
+    # When its result is stored
+    meta = _task_result(fleet_redis, batch_id, wait_until)
+    assert meta["status"] == "SUCCESS"
+    # Then the worker has pushed the batch id to the job's done list (with a TTL)
+    wait_until(
+        lambda: batch_id.encode() in fleet_redis.lrange(job_done_key("test"), 0, -1),
+        timeout_s=10,
+        what="the batch id on the job's done list",
+    )
+    assert fleet_redis.ttl(job_done_key("test")) > 0
+
+
+def test_fleet_client_deletes_its_done_list_when_the_job_completes(fleet, fleet_redis):
+    with GradingClient(fleet.redis_url, deadline_s=30) as client:
+        job = client.submit([Rollout("\\boxed{2}", "2")] * 3)
+        assert [v.correct for v in job.results()] == [True] * 3
+    assert not fleet_redis.exists(job_done_key(job.job_id))
+
+
 def test_fleet_poison_batch_answered_error_not_looped(fleet, fleet_redis, wait_until):
     # Given a batch whose earlier deliveries all died (3 = max attempts)
     batch_id = f"poison-{uuid.uuid4().hex}"
@@ -266,6 +298,12 @@ def test_fleet_redelivered_batch_reuses_saved_verdicts(fleet, fleet_redis, wait_
     # Then item 0 is not re-graded and item 1 is graded normally
     assert pairs[0] == (0, saved)
     assert pairs[1][1].status is Status.WRONG
+    # And the saved verdicts are dropped once the result holds them all
+    wait_until(
+        lambda: not fleet_redis.exists(partial_key(batch_id)),
+        timeout_s=10,
+        what="the partial-results hash deleted",
+    )
 
 
 class _Trap:
