@@ -6,6 +6,7 @@ imported) and reads results straight from Celery's Redis result keys with MGET.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,7 +26,10 @@ from workers.contract import (
     GRADE_BATCH,
     MAX_TEXT_CHARS,
     QUEUE,
+    WireBatch,
+    batch_items_key,
     batch_to_wire,
+    detach_items,
 )
 from workers.models import GradeOptions, Verdict
 
@@ -46,6 +50,11 @@ DEFAULT_ITEM_TIMEOUT_S = 5.0
 # enough slack for a loaded machine or a Redis hiccup, and what a SIGKILLed worker
 # costs an RL step (it was 4 x item deadline + 30 s = 50 s).
 DEFAULT_RESEND_AFTER_S = 10.0
+# How long a batch's items stay in Redis (`contract.detach_items`) when nothing
+# deletes them: the producer deletes them as each batch's result arrives, and stores
+# them again with every re-send. Well above the workers' visibility timeout (1 h), so
+# a re-delivered message still finds them.
+DEFAULT_ITEMS_TTL_S = 6 * 3600
 _PING_TIMEOUT_S = 2.0
 
 
@@ -143,6 +152,12 @@ class GradingClient:
         if backend_url != broker_url:
             _ping(backend_url)
         self._results = redis.Redis.from_url(backend_url, socket_timeout=10)
+        self._broker_redis = (
+            self._results
+            if backend_url == broker_url
+            else redis.Redis.from_url(broker_url, socket_timeout=10)
+        )
+        self._items_ttl_s = max(DEFAULT_ITEMS_TTL_S, int(2 * (deadline_s or 0)))
         self._app = _producer_app(broker_url)
 
     def __enter__(self) -> GradingClient:
@@ -158,6 +173,8 @@ class GradingClient:
 
     def close(self) -> None:
         """Release broker and backend connections."""
+        if self._broker_redis is not self._results:
+            self._broker_redis.close()
         self._results.close()
         self._app.close()
 
@@ -191,6 +208,7 @@ class GradingClient:
             total=len(triples),
             results_client=self._results,
             publish=self._publish,
+            release=self._release,
             deadline_at=None if limit_s is None else time.monotonic() + limit_s,
             resend_after_s=self.resend_after_s,
             stall_after_s=self.stall_after_s,
@@ -203,34 +221,59 @@ class GradingClient:
 
     def _publish_all(self, job_id: str, batches: Sequence[Batch]) -> None:
         try:
+            wires = self._store_items(job_id, batches)
             with self._app.producer_or_acquire() as producer:
-                for batch in batches:
-                    self._publish(job_id, batch, producer=producer)
+                for batch, wire in zip(batches, wires, strict=True):
+                    self._send(batch, wire, producer=producer)
         except (OperationalError, redis.RedisError, OSError) as exc:
             url = redact_url(self.broker_url)
             raise BrokerUnavailableError(f"cannot publish to {url}: {exc}") from exc
 
-    def _publish(self, job_id: str, batch: Batch, *, producer: Any = None) -> None:
-        batch.attempt += 1
-        wire = batch_to_wire(
-            job_id=job_id,
-            batch_id=batch.batch_id,
-            items=batch.items,
-            options=self.options,
-            enqueued_at=time.time(),
-            attempt=batch.attempt,
-        )
+    def _publish(self, job_id: str, batch: Batch) -> None:
+        """Publish one batch again (its items are stored again too)."""
+        (wire,) = self._store_items(job_id, [batch])
+        self._send(batch, wire)
+
+    def _store_items(self, job_id: str, batches: Sequence[Batch]) -> list[WireBatch]:
+        """Store each batch's items in the broker's Redis (one round trip); returns
+        the task arguments, which name them (`contract.detach_items`)."""
+        wires = []
+        pipe = self._broker_redis.pipeline(transaction=False)
+        for batch in batches:
+            batch.attempt += 1
+            wire, items_json = detach_items(
+                batch_to_wire(
+                    job_id=job_id,
+                    batch_id=batch.batch_id,
+                    items=batch.items,
+                    options=self.options,
+                    enqueued_at=time.time(),
+                    attempt=batch.attempt,
+                )
+            )
+            pipe.set(wire["items_key"], items_json, ex=self._items_ttl_s)
+            wires.append(wire)
+        pipe.execute()
+        return wires
+
+    def _send(self, batch: Batch, wire: WireBatch, *, producer: Any = None) -> None:
         self._app.send_task(
             GRADE_BATCH,
             args=[wire],
             task_id=batch.batch_id,
             queue=QUEUE,
             producer=producer,
-            # Worker logs show ids, not the (large) argument: skips Celery's saferepr.
+            # Worker logs show ids, not the argument: skips Celery's saferepr.
             argsrepr="(wire batch)",
             kwargsrepr="{}",
         )
         batch.sent_at = time.monotonic()
+
+    def _release(self, batches: Sequence[Batch]) -> None:
+        """Delete the stored items of finished batches (best effort: they expire)."""
+        keys = [batch_items_key(batch.batch_id) for batch in batches]
+        with contextlib.suppress(redis.RedisError, OSError):
+            self._broker_redis.delete(*keys)
 
 
 def _ping(url: str) -> None:

@@ -94,6 +94,7 @@ class GradingJob:
         total: int,
         results_client: redis.Redis[bytes],
         publish: Callable[[str, Batch], None],
+        release: Callable[[list[Batch]], None],
         deadline_at: float | None,
         resend_after_s: float,
         stall_after_s: float | None = None,
@@ -105,6 +106,7 @@ class GradingJob:
         self._batches = batches
         self._redis = results_client
         self._publish = publish
+        self._release = release
         self._deadline_at = deadline_at
         self._resend_after_s = resend_after_s
         self._stall_after_s = stall_after_s or resend_after_s
@@ -203,16 +205,17 @@ class GradingJob:
             return []  # backend restarting: the deadline and re-sends cover it
         now = time.monotonic()
         fresh: list[tuple[int, Verdict]] = []
-        finished: list[bytes] = []
+        finished: list[Batch] = []
         for batch, payload in zip(pending, payloads, strict=True):
             if payload is None or payload == batch.payload:
                 continue
             batch.payload, batch.seen_at, self._last_activity = payload, now, now
             fresh.extend(self._on_payload(batch, json.loads(payload)))
             if batch.done:
-                finished.append(batch.key)
+                finished.append(batch)
         if finished:
-            self._forget(finished)
+            self._forget([batch.key for batch in finished])
+            self._release(finished)
         if fresh and self._metrics is not None:
             self._metrics.results_received.inc(len(fresh))
         return fresh

@@ -24,8 +24,12 @@ __all__ = [
     "WireItem",
     "WireResult",
     "WireResultItem",
+    "attach_items",
     "batch_from_wire",
+    "batch_items_key",
     "batch_to_wire",
+    "detach_items",
+    "items_reference",
     "job_done_key",
     "result_json",
     "result_to_wire",
@@ -55,6 +59,9 @@ def job_done_key(job_id: str) -> str:
 MAX_ITEMS_PER_BATCH = 10_000
 MAX_TEXT_CHARS = 1_000_000
 MAX_ID_CHARS = 200
+# Items stored by reference: read with GETRANGE up to this many bytes, so a bigger
+# value is refused without being read whole.
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 
 class WireItem(TypedDict):
@@ -66,7 +73,12 @@ class WireItem(TypedDict):
 
 
 class WireBatch(TypedDict):
-    """The single argument of the `gradefleet.grade_batch` task."""
+    """The single argument of the `gradefleet.grade_batch` task.
+
+    Items travel either inline (`items`) or by reference (`items_key`, always
+    `batch_items_key(batch_id)`): the producer stores their JSON in the broker's Redis
+    and the message stays a few hundred bytes (see `detach_items`).
+    """
 
     schema: int
     job_id: str
@@ -74,7 +86,8 @@ class WireBatch(TypedDict):
     attempt: NotRequired[int]
     enqueued_at: float
     options: dict[str, Any]
-    items: list[WireItem]
+    items: NotRequired[list[WireItem]]
+    items_key: NotRequired[str]
 
 
 class WireResultItem(TypedDict):
@@ -124,6 +137,64 @@ def batch_to_wire(
         "options": options.to_dict(),
         "items": [{"index": i, "response": r, "gold": g} for i, r, g in items],
     }
+
+
+def batch_items_key(batch_id: str) -> str:
+    """The Redis string (in the broker's Redis) holding a batch's items as JSON."""
+    return f"gradefleet:v1:items:{batch_id}"
+
+
+def detach_items(wire: WireBatch) -> tuple[WireBatch, str]:
+    """`wire` with its items replaced by `items_key`, and the items' JSON text.
+
+    Why: a batch of 256 real rollouts is ~120 KB. Inline, Celery's consumer decodes
+    it, re-encodes it into the unacked hash, and pipes it to the pool process; by
+    reference, only a few hundred bytes go through Celery and the grading process
+    reads the items once, with one GET.
+    """
+    detached = wire.copy()
+    items = detached.pop("items", [])
+    detached["items_key"] = batch_items_key(wire["batch_id"])
+    # ASCII-only JSON: model text may hold lone surrogates, which UTF-8 cannot carry.
+    return detached, json.dumps(items)
+
+
+def items_reference(data: Mapping[str, Any]) -> str | None:
+    """The Redis key of a batch's items when they travel by reference, else None.
+
+    Raises:
+        InvalidRequestError: `items_key` is not `batch_items_key(batch_id)` (a
+            message never picks which key a worker reads).
+    """
+    if "items_key" not in data:
+        return None
+    key = batch_items_key(_require_id(data, "batch_id"))
+    if data["items_key"] != key:
+        raise InvalidRequestError(f"items_key must be {key!r}")
+    return key
+
+
+def attach_items(data: Mapping[str, Any], payload: bytes | None) -> dict[str, Any]:
+    """The wire `data` with its items read from `payload` (the stored JSON).
+
+    Raises:
+        InvalidRequestError: the payload is missing (it expired, or the producer
+            finished or abandoned the job), over `MAX_PAYLOAD_BYTES`, or not JSON.
+    """
+    if not payload:
+        raise InvalidRequestError(
+            f"the items of batch {data.get('batch_id')} are not in Redis: they "
+            "expired, or the producer finished or abandoned the job"
+        )
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise InvalidRequestError(f"items payload over {MAX_PAYLOAD_BYTES} bytes")
+    try:
+        items = json.loads(payload)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidRequestError(f"items payload is not JSON: {exc}") from exc
+    attached = {k: v for k, v in data.items() if k != "items_key"}
+    attached["items"] = items
+    return attached
 
 
 def _require_id(data: Mapping[str, Any], name: str) -> str:

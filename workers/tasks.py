@@ -25,8 +25,11 @@ from workers.app import WorkerRuntime, get_runtime
 from workers.batch import GradeItem
 from workers.contract import (
     GRADE_BATCH,
+    MAX_PAYLOAD_BYTES,
     WireBatchRequest,
+    attach_items,
     batch_from_wire,
+    items_reference,
     job_done_key,
     result_json,
 )
@@ -358,8 +361,14 @@ class _Heartbeat:
 def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
     """Grade one wire batch (see `workers.contract`); the `WireResult` is stored in
     the task's result key by `run_batch`."""
-    request = batch_from_wire(wire)
     runtime = get_runtime()
+    key = items_reference(wire)
+    if key is not None:  # items stored by the producer (`contract.detach_items`)
+        # GETRANGE, not GET: an oversized value is refused without being read whole
+        # (the stubs leave `getrange` untyped, hence the raw command).
+        payload = runtime.redis.execute_command("GETRANGE", key, 0, MAX_PAYLOAD_BYTES)
+        wire = attach_items(wire, payload)
+    request = batch_from_wire(wire)
     runtime.metrics.queue_wait(time.time() - request.enqueued_at)
     with runtime.metrics.busy():
         run_batch(runtime, request, self)

@@ -9,10 +9,15 @@ import pytest
 
 from workers.contract import (
     GRADE_BATCH,
+    MAX_PAYLOAD_BYTES,
     QUEUE,
     SCHEMA_VERSION,
+    attach_items,
     batch_from_wire,
+    batch_items_key,
     batch_to_wire,
+    detach_items,
+    items_reference,
     result_json,
     result_to_wire,
     results_from_wire,
@@ -51,6 +56,57 @@ def test_contract_batch_round_trips_through_json():
     assert request.options == GradeOptions(allow_fallback=False)
     assert [item["index"] for item in request.items] == [0, 7]
     assert request.items[0]["response"] == "a \\boxed{1}"
+
+
+def test_contract_items_by_reference_round_trip():
+    # Given a batch whose items the producer stores apart (lone surrogate included)
+    wire = _wire()
+    wire["items"][1]["response"] = "b \ud800 é"
+    detached, items_json = detach_items(wire)
+    # Then the message names the key and carries no items; the payload is UTF-8-safe
+    assert "items" not in detached
+    assert items_reference(detached) == batch_items_key("job.0")
+    payload = items_json.encode("utf-8")
+    # When the worker attaches what it read, Then it is the inline batch again
+    request = batch_from_wire(attach_items(json.loads(json.dumps(detached)), payload))
+    assert request == batch_from_wire(wire)
+    assert "items" in wire  # the producer's own wire is left untouched
+
+
+def test_contract_inline_items_have_no_reference():
+    assert items_reference(_wire()) is None
+
+
+def test_contract_items_key_must_be_the_batch_own_key():
+    # A message never picks which Redis key a worker reads
+    wire = _wire(items_key="gradefleet:v1:items:other-job.0")
+    with pytest.raises(InvalidRequestError, match="items_key must be"):
+        items_reference(wire)
+    with pytest.raises(InvalidRequestError, match="batch_id"):
+        items_reference(_wire(items_key="x", batch_id=""))
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (None, "not in Redis"),
+        (b"", "not in Redis"),
+        (b"[{", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b" " * (MAX_PAYLOAD_BYTES + 1), "over"),
+    ],
+)
+def test_contract_attach_items_rejects_bad_payloads(payload, message):
+    detached, _ = detach_items(_wire())
+    with pytest.raises(InvalidRequestError, match=message):
+        attach_items(detached, payload)
+
+
+def test_contract_attached_items_are_validated_like_inline_ones():
+    detached, _ = detach_items(_wire())
+    bad = json.dumps([{"index": -1, "response": "r", "gold": "g"}]).encode()
+    with pytest.raises(InvalidRequestError, match="index"):
+        batch_from_wire(attach_items(detached, bad))
 
 
 BAD_BATCHES = [

@@ -1,0 +1,88 @@
+"""Batch items travel apart from the task message (`contract.detach_items`).
+
+The producer stores each batch's items in the broker's Redis and publishes a message
+that names them; the worker reads them once; the producer deletes them as results
+arrive and stores them again with a re-send.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from producer.client import GradingClient, Rollout
+from workers.contract import QUEUE, batch_items_key
+
+pytestmark = pytest.mark.integration
+
+LONG = "Let us think step by step. " * 40  # ~1 KB of reasoning per rollout
+
+
+@pytest.fixture
+def quiet_db(redis_server: str) -> Iterator[str]:
+    """A database of the private server that no worker consumes (flushed around)."""
+    url = redis_server.rsplit("/", 1)[0] + "/7"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()
+
+
+def _queued_messages(client: redis.Redis) -> list[dict]:
+    return [json.loads(raw) for raw in client.lrange(QUEUE, 0, -1)]
+
+
+def test_items_by_reference_message_is_small_and_items_are_stored(quiet_db):
+    # Given a producer on a broker no worker consumes
+    rollouts = [Rollout(f"{LONG} \\boxed{{{k}}}", str(k)) for k in range(256)]
+    client = GradingClient(quiet_db, batch_size=256, deadline_s=60)
+    inspect = redis.Redis.from_url(quiet_db)
+    try:
+        # When it submits one batch of ~1 KB rollouts
+        job = client.submit(rollouts)
+        (message,) = _queued_messages(inspect)
+        raw_size = len(inspect.lindex(QUEUE, 0))
+        key = batch_items_key(f"{job.job_id}.0")
+        stored = json.loads(inspect.get(key))
+        ttl_s = inspect.ttl(key)
+    finally:
+        inspect.close()
+        client.close()
+    # Then the queued message is small and names the stored items
+    assert raw_size < 4_096, raw_size
+    [wire], _kwargs, _embed = json.loads(message["body"])
+    assert "items" not in wire
+    assert wire["items_key"] == key
+    # And the stored items are the batch, with a TTL well past the visibility timeout
+    assert [item["index"] for item in stored] == list(range(256))
+    assert stored[5]["response"] == rollouts[5].response
+    assert ttl_s > 3_600
+
+
+def test_items_gone_before_delivery_are_stored_again_by_the_resend(
+    quiet_db, make_workers
+):
+    # Given a job queued on a broker with no worker yet, whose stored items vanish
+    client = GradingClient(quiet_db, batch_size=4, deadline_s=60)
+    inspect = redis.Redis.from_url(quiet_db)
+    try:
+        job = client.submit([Rollout(f"\\boxed{{{k}}}", str(k)) for k in range(8)])
+        inspect.delete(batch_items_key(f"{job.job_id}.0"))
+        # When a worker starts: batch 0 fails ("not in Redis"), batch 1 is graded
+        make_workers(quiet_db).start()
+        verdicts = job.results()
+        leftover = list(inspect.scan_iter(match="gradefleet:v1:items:*"))
+    finally:
+        inspect.close()
+        client.close()
+    # Then the producer re-sent batch 0 with its items, and every verdict is right
+    assert [v.correct for v in verdicts] == [True] * 8
+    assert job.resent_batches >= 1
+    # And no stored items outlive the job
+    assert leftover == []
