@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workers import verifier
-from workers.cache import CacheBackend, cache_entry, cache_key, verdict_from_entry
+from workers.cache import CacheBackend, cache_entry, cache_keyer, verdict_from_entry
 from workers.errors import CacheError
 from workers.models import (
     TRANSIENT_STATUSES,
@@ -209,13 +209,14 @@ def _group(
     prepared: Sequence[verifier.Prepared], options: GradeOptions
 ) -> list[_Group]:
     """One group per distinct cache key, one per uncacheable item (first-seen order)."""
+    key_of = cache_keyer(verifier.GRADER_VERSION, options)  # options encoded once
     groups: list[_Group] = []
     by_key: dict[str, _Group] = {}
     for position, prep in enumerate(prepared):
         if prep.decision_key is None:
             groups.append(_Group(key=None, positions=[position]))
             continue
-        key = cache_key(verifier.GRADER_VERSION, options, prep.decision_key)
+        key = key_of(prep.decision_key)
         group = by_key.get(key)
         if group is None:
             group = by_key[key] = _Group(key=key, positions=[])

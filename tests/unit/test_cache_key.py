@@ -1,4 +1,5 @@
-"""cache_key canonicalisation (hypothesis) and the stored entry shape."""
+"""cache_key / cache_keyer canonicalisation (hypothesis, pinned digests) and the stored
+entry shape and encoding."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.cache import ANSWER_FIELDS, cache_entry, cache_key, verdict_from_entry
+from workers.cache import (
+    ANSWER_FIELDS,
+    _encode_entry,
+    cache_entry,
+    cache_key,
+    cache_keyer,
+    verdict_from_entry,
+)
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict, VerifyMethod
 
 options_st = st.builds(
@@ -122,7 +130,163 @@ def test_cache_key_equals_the_canonical_json_definition(
 
 
 def test_cache_key_tells_negative_zero_from_zero() -> None:
-    # JSON writes them differently; the memo of option encodings must keep them apart.
+    # JSON writes them differently (equal as floats, so no cache may conflate them).
     zero, negative_zero = GradeOptions(rel_tol=0.0), GradeOptions(rel_tol=-0.0)
     assert cache_key("v", zero, "k") == reference_key("v", zero, "k")
     assert cache_key("v", negative_zero, "k") == reference_key("v", negative_zero, "k")
+    assert cache_key("v", zero, "k") != cache_key("v", negative_zero, "k")
+    assert cache_keyer("v", zero)("k") != cache_keyer("v", negative_zero)("k")
+
+
+@given(version=st.text(), options=options_st, keys=st.lists(texts, max_size=8))
+def test_cache_keyer_equals_the_canonical_json_definition_for_every_key(
+    version: str, options: GradeOptions, keys: list[str]
+) -> None:
+    # One keyer, reused across keys (as a batch does), gives the defined digests.
+    key_of = cache_keyer(version, options)
+    assert [key_of(key) for key in keys] == [
+        reference_key(version, options, key) for key in keys
+    ]
+
+
+# Digests computed by the implementation before `cache_keyer` existed: stored results
+# stay reachable only while every key stays byte-identical.
+PINNED_DIGESTS = [
+    (
+        "v1",
+        GradeOptions(),
+        "pred=1/2|gold=1/2",
+        "46892534e7d9135bfbc408081c81c4a67df3ae1ecdd64947635264a743c1b9a1",
+    ),
+    (
+        "v1",
+        GradeOptions(allow_fallback=False, rel_tol=0.0),
+        "π ≈ 3.14159",
+        "277a152b1833d5ac87160437a7fd1ba4e24baa16b2a125e69b6488768110061b",
+    ),
+    (
+        "v1",
+        GradeOptions(rel_tol=-0.0),
+        "lone \ud800 surrogate",
+        "b2f3e3f540e200b0da5a8b116acce726011ab487fc80011c9aa639f61a1a5912",
+    ),
+    (
+        "2024.1",
+        GradeOptions(rel_tol=1e-300),
+        'quote " backslash \\ newline \n tab \t nul \x00',
+        "0274b3b3b42e7fc82ba008e3f501caf5128c41a3564ef3768e9b491cf045f974",
+    ),
+    (
+        "",
+        GradeOptions(),
+        "",
+        "f511d3d18f5499ee9191ae3fd26151d6008fbda12f4c80328a1ebc110df26c4d",
+    ),
+]
+
+
+@pytest.mark.parametrize(("version", "options", "key", "digest"), PINNED_DIGESTS)
+def test_cache_key_digests_are_pinned(
+    version: str, options: GradeOptions, key: str, digest: str
+) -> None:
+    assert reference_key(version, options, key) == digest
+    assert cache_key(version, options, key) == digest
+    assert cache_keyer(version, options)(key) == digest
+
+
+def reference_entry_json(entry: dict[str, object]) -> str:
+    """The stored form of an entry, spelled out (ASCII: escapes, surrogates too)."""
+    return json.dumps(entry, sort_keys=True, separators=(",", ":"))
+
+
+entries_st = st.fixed_dictionaries(
+    {
+        "status": st.sampled_from([s.value for s in Status]),
+        "correct": st.booleans(),
+        "verify_method": st.sampled_from([m.value for m in VerifyMethod]),
+        "reason": texts,
+        "canonical_pred": st.none() | texts,
+        "canonical_gold": st.none() | texts,
+        "grader_version": st.text(),
+    }
+)
+
+
+@given(entry=entries_st)
+def test_cache_entry_encoding_is_the_compact_sorted_json(
+    entry: dict[str, object],
+) -> None:
+    encoded = _encode_entry(entry)
+    assert encoded == reference_entry_json(entry)
+    assert encoded.isascii()
+
+
+def test_cache_entry_encoding_is_pinned() -> None:
+    entry = {
+        "status": "wrong",
+        "correct": False,
+        "verify_method": "symbolic",
+        "reason": 'x²≠ \ud800 "q"',
+        "canonical_pred": None,
+        "canonical_gold": "x+2",
+        "grader_version": "v1",
+    }
+    assert _encode_entry(entry) == (
+        '{"canonical_gold":"x+2","canonical_pred":null,"correct":false,'
+        '"grader_version":"v1","reason":"x\\u00b2\\u2260 \\ud800 \\"q\\"",'
+        '"status":"wrong","verify_method":"symbolic"}'
+    )
+
+
+# Every field of a Verdict, none at its default: a new field must be added here (and
+# to `verdict_from_entry`), else the field-set assertion below fails.
+PER_RESPONSE_FIELDS: dict[str, object] = {
+    "correct": False,
+    "status": Status.ERROR,
+    "format_valid": True,
+    "extracted": "0.5",
+    "extraction_method": ExtractionMethod.ANSWER_LINE,
+    "canonical_pred": "stale-pred",
+    "canonical_gold": "stale-gold",
+    "verify_method": VerifyMethod.TEXT,
+    "reason": "stale reason",
+    "grader_version": "stale",
+    "cached": True,
+}
+
+
+def test_per_response_fixture_covers_every_verdict_field() -> None:
+    names = {field.name for field in dataclasses.fields(Verdict)}
+    assert set(PER_RESPONSE_FIELDS) == names
+
+
+@pytest.mark.parametrize("status", list(Status))
+@pytest.mark.parametrize("method", list(VerifyMethod))
+@pytest.mark.parametrize("cached", [False, True])
+def test_verdict_from_entry_equals_replace_for_every_status_and_method(
+    status: Status, method: VerifyMethod, cached: bool
+) -> None:
+    per_response = Verdict(**{**PER_RESPONSE_FIELDS, "cached": cached})  # type: ignore[arg-type]
+    entry = {
+        "status": status.value,
+        "correct": status is Status.CORRECT,
+        "verify_method": method.value,
+        "reason": f"{status} by {method}",
+        "canonical_pred": None if cached else "π",
+        "canonical_gold": "\ud800",
+        "grader_version": "v9",
+    }
+    expected = dataclasses.replace(
+        per_response,
+        status=Status(entry["status"]),
+        correct=entry["correct"],
+        verify_method=VerifyMethod(entry["verify_method"]),
+        reason=entry["reason"],
+        canonical_pred=entry["canonical_pred"],
+        canonical_gold=entry["canonical_gold"],
+        grader_version=entry["grader_version"],
+    )
+    rebuilt = verdict_from_entry(entry, per_response)
+    assert rebuilt == expected
+    assert type(rebuilt.status) is Status
+    assert type(rebuilt.verify_method) is VerifyMethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -39,6 +40,25 @@ def test_cache_sqlite_round_trip(tmp_path: Path) -> None:
     found = cache.get_many([*entries, "f" * 64])  # > 500 keys: chunked IN queries
     assert found == entries
     assert cache.get_many([]) == {}
+    cache.close()
+
+
+def test_cache_sqlite_stores_the_compact_sorted_json(tmp_path: Path) -> None:
+    # Stored values are shared with older workers: their bytes must not change.
+    path = tmp_path / "cache.db"
+    entry = {**ENTRY, "reason": 'x²≠ \ud800 "q"', "canonical_pred": None}
+    cache = SqliteResultCache(path)
+    cache.set_many({"a" * 64: entry})
+    with sqlite3.connect(path) as conn:
+        (stored,) = conn.execute("SELECT value FROM results").fetchone()
+    conn.close()
+    assert stored == json.dumps(entry, sort_keys=True, separators=(",", ":"))
+    assert stored == (
+        '{"canonical_gold":"2","canonical_pred":null,"correct":true,'
+        '"grader_version":"v1","reason":"x\\u00b2\\u2260 \\ud800 \\"q\\"",'
+        '"status":"correct","verify_method":"numeric"}'
+    )
+    assert cache.get_many(["a" * 64]) == {"a" * 64: entry}
     cache.close()
 
 
