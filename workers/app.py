@@ -37,16 +37,30 @@ _HARD_LIMIT_MARGIN_S = 30.0
 
 
 class TaskObserver:
-    """Forwards per-item events to the metrics.
+    """Forwards per-item events to the metrics, graded items once they are stored.
 
+    A graded item is counted when the task `commit()`s it (its verdict saved or in the
+    stored result), so a batch re-graded after its worker died counts each item once:
+    the lost delivery's uncommitted items are `discard()`ed, never counted.
     `batch_done` is dropped: the task grades in chunks and records one batch itself.
     """
 
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
+        self._uncommitted: list[tuple[Verdict, float]] = []
 
     def item_graded(self, verdict: Verdict, duration_s: float) -> None:
-        self.metrics.item_graded(verdict, duration_s)
+        self._uncommitted.append((verdict, duration_s))
+
+    def commit(self) -> None:
+        """Count the items graded since the last commit."""
+        for verdict, duration_s in self._uncommitted:
+            self.metrics.item_graded(verdict, duration_s)
+        self._uncommitted.clear()
+
+    def discard(self) -> None:
+        """Forget items graded but never stored (their batch failed)."""
+        self._uncommitted.clear()
 
     def cache_lookup(self, *, hits: int, misses: int) -> None:
         self.metrics.cache_lookup(hits=hits, misses=misses)

@@ -38,19 +38,21 @@ from workers.verifier import GRADER_VERSION
 
 __all__ = ["attempts_key", "grade_batch", "partial_key", "run_batch"]
 
-# Verdicts are saved after every chunk but the last (which goes straight into the
-# result, stored in the same round trip that drops the saved ones): a lost worker
-# costs at most one chunk's work.
+# Verdicts graded so far are saved once SAVE_AFTER_S of grading is unsaved: a lost
+# worker costs at most that much plus one chunk. A fast batch saves nothing (its
+# verdicts go straight into the result, stored in the round trip that drops whatever
+# was saved); one with slow items saves after each slow chunk.
 # Chunks start small and grow x4 while they are fast (fewer round trips: a 256-item
 # batch takes 16 + 64 + 176, 3 chunks, where doubling took 5; each chunk costs a cache
-# MGET, a partial-results HSET and a sandbox exchange); after a slow one they drop to
-# a couple of items, so little graded work is at stake when a worker is lost or the
-# backstop interrupts a chunk.
+# MGET and store and a sandbox exchange); after a slow one they drop to a couple of
+# items, so little graded work is at stake when a worker is lost or the backstop
+# interrupts a chunk.
 FIRST_CHUNK_ITEMS = 16
 CHUNK_GROWTH = 4
 SLOW_CHUNK_ITEMS = 2
 MAX_CHUNK_ITEMS = 256
 CHUNK_TARGET_S = 0.25
+SAVE_AFTER_S = 0.25
 # A running batch writes a PROGRESS state this often (the producer's sign of life:
 # no news for `resend_after_s`, 10 s by default, means the batch is re-sent).
 HEARTBEAT_INTERVAL_S = 1.0
@@ -215,14 +217,20 @@ def _grade_in_chunks(
     progress: BatchProgress,
 ) -> None:
     start, size = 0, FIRST_CHUNK_ITEMS
+    unsaved: list[tuple[int, Verdict]] = []
+    saved_at = time.monotonic()
     while start < len(todo):
         chunk_started = time.monotonic()
         pairs = runtime.grader.grade(todo[start : start + size], request.options)
         done.update(pairs)
+        unsaved += pairs
         start += size
-        if start < len(todo):  # the last chunk goes straight into the result
-            progress.save(pairs)
-        fast = time.monotonic() - chunk_started < CHUNK_TARGET_S
+        now = time.monotonic()
+        if start < len(todo) and now - saved_at >= SAVE_AFTER_S:
+            progress.save(unsaved)
+            runtime.observer.commit()
+            unsaved, saved_at = [], now
+        fast = now - chunk_started < CHUNK_TARGET_S
         size = min(size * CHUNK_GROWTH, MAX_CHUNK_ITEMS) if fast else SLOW_CHUNK_ITEMS
 
 
@@ -237,6 +245,7 @@ def run_batch(
     `WireResult`) are written to Celery's result key here (see `ResultSlot`).
     """
     started = time.monotonic()
+    runtime.observer.discard()  # left by a batch that failed: never stored
     ttl_s = 2 * runtime.settings.visibility_timeout_s
     slot = None if task is None else _result_slot(runtime, task, request.job_id)
     progress = BatchProgress(runtime.redis, request.batch_id, ttl_s, slot)
@@ -254,6 +263,7 @@ def run_batch(
     with beat:
         _grade_or_stand_in(runtime, request, todo, done, progress, attempts)
     progress.finish(_result_json(request, done, progress.encoded))
+    runtime.observer.commit()
     runtime.metrics.batch_done(
         size=len(request.items), duration_s=time.monotonic() - started
     )

@@ -266,6 +266,31 @@ def test_fleet_client_deletes_its_done_list_when_the_job_completes(fleet, fleet_
     assert not fleet_redis.exists(job_done_key(job.job_id))
 
 
+def test_fleet_slow_batch_saves_its_verdicts_while_it_runs(
+    fleet, fleet_redis, wait_until
+):
+    # Given one batch of 40 whose 1st chunk (16 items) holds a hang item (1 s
+    # deadline) and whose 31st item hangs too
+    rollouts = [Rollout(f"saves \\boxed{{{k}}}", str(k)) for k in range(40)]
+    for k in (3, 30):
+        rollouts[k] = Rollout(f"\\boxed{{{HANG} saves {k}}}", "1")
+    with GradingClient(fleet.redis_url, batch_size=40, deadline_s=60) as client:
+        job = client.submit(rollouts)
+        # When the slow first chunk is done, Then its verdicts are saved at once
+        # (a worker lost now costs the re-delivery no re-grading of them)
+        key = partial_key(f"{job.job_id}.0")
+        wait_until(
+            lambda: fleet_redis.hlen(key) >= 16, timeout_s=30, what="saved chunk"
+        )
+        saved = fleet_redis.hgetall(key)
+        verdicts = job.results()
+    assert {int(index) for index in saved} >= set(range(16))
+    assert json.loads(saved[b"3"])["status"] == "timeout"
+    assert [v.status.value for v in verdicts].count("timeout") == 2
+    # And once the result is stored, the saved verdicts are dropped
+    wait_until(lambda: not fleet_redis.exists(key), timeout_s=10, what="drop")
+
+
 def test_fleet_poison_batch_answered_error_not_looped(fleet, fleet_redis, wait_until):
     # Given a batch whose earlier deliveries all died (3 = max attempts)
     batch_id = f"poison-{uuid.uuid4().hex}"

@@ -232,6 +232,15 @@ def test_prometheus_e2e_rate_and_hostile_timeout(node, redis_server):
         prom.query(expr.replace("$__rate_interval", "1m"))
 
 
+def _progress_done(client: redis.Redis, batch_id: str) -> int:
+    """Items graded so far by a running batch, from its heartbeat (else 0)."""
+    raw = client.get(f"celery-task-meta-{batch_id}")
+    meta = json.loads(raw) if raw else {}
+    if meta.get("status") != "PROGRESS":
+        return 0
+    return int(meta["result"]["done"])
+
+
 def _dashboard_exprs() -> list[str]:
     dashboard = json.loads((DEPLOY / "grafana/dashboards/gradefleet.json").read_text())
     return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
@@ -242,7 +251,7 @@ def test_prometheus_e2e_exact_totals_after_pool_child_killed(
 ):
     worker, port, prom = node
     multiproc_dir = tmp_path / "prom-multiproc"
-    # Given two batches of 32 (16 saved per chunk), each hanging at its 21st item
+    # Given two batches of 32 (a first chunk of 16), each hanging at its 21st item
     rollouts = _known_rollouts("e2e-exact", 21, hang_at=(20, 52))
     assert len(rollouts) == 65
     before = _graded_by_status(port)
@@ -255,24 +264,22 @@ def test_prometheus_e2e_exact_totals_after_pool_child_killed(
     try:
         job = client.submit(rollouts)
         # When both pool children sit in a hang item, SIGKILL one of them
-        # Saved verdicts per batch (key layout of workers.tasks.partial_key).
-        partial = redis.Redis.from_url(redis_server)
+        # (the heartbeat, a PROGRESS state in each batch's result key, counts the
+        # items graded so far; the first chunk took milliseconds, so none is saved
+        # and the killed batch's 16 graded items must not be counted twice)
+        results = redis.Redis.from_url(redis_server)
         wait_for(
-            lambda: (
-                sum(
-                    partial.hlen(f"gradefleet:v1:partial:{job.job_id}.{n}") >= 16
-                    for n in (0, 1)
-                )
-                == 2
+            lambda: all(
+                _progress_done(results, f"{job.job_id}.{n}") >= 16 for n in (0, 1)
             ),
-            what="both batches past their first saved chunk",
+            what="both batches past their first chunk",
         )
         # Items 16-19 take milliseconds; the hang item holds for ITEM_TIMEOUT_S.
         time.sleep(1.0)
         victim = worker.pool_pids()[0]
         os.kill(victim, signal.SIGKILL)
         verdicts = job.results()
-        partial.close()
+        results.close()
     finally:
         client.close()
     # Then every rollout has a verdict (the two hostile ones: timeout) ...
