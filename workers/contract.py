@@ -31,7 +31,6 @@ __all__ = [
     "detach_items",
     "items_reference",
     "job_done_key",
-    "result_json",
     "result_to_wire",
     "results_from_wire",
 ]
@@ -279,23 +278,6 @@ def result_to_wire(
             for index, verdict in sorted(results, key=lambda pair: pair[0])
         ],
     }
-
-
-def result_json(*, job_id: str, batch_id: str, verdicts_json: Mapping[int, str]) -> str:
-    """The JSON text of `result_to_wire(...)` from verdicts already encoded.
-
-    `verdicts_json` maps each index to `json.dumps(verdict.to_dict())`. The worker
-    encodes every verdict once (for its partial-results hash) and splices those texts
-    here instead of building the dicts and encoding them all a second time.
-    """
-    results = ", ".join(
-        f'{{"index": {index}, "verdict": {verdicts_json[index]}}}'
-        for index in sorted(verdicts_json)
-    )
-    return (
-        f'{{"schema": {SCHEMA_VERSION}, "job_id": {json.dumps(job_id)}, '
-        f'"batch_id": {json.dumps(batch_id)}, "results": [{results}]}}'
-    )
 
 
 def results_from_wire(data: object) -> list[tuple[int, Verdict]]:

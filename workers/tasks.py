@@ -31,7 +31,7 @@ from workers.contract import (
     batch_from_wire,
     items_reference,
     job_done_key,
-    result_json,
+    result_to_wire,
 )
 from workers.models import ExtractionMethod, Status, Verdict
 from workers.verifier import GRADER_VERSION
@@ -112,9 +112,6 @@ class BatchProgress:
         self._partial = partial_key(batch_id)
         self._ttl_s = ttl_s
         self._slot = slot
-        # index -> verdict JSON of every verdict this delivery has (saved or found):
-        # encoded once, used for the partial hash and spliced into the result.
-        self.encoded: dict[int, str] = {}
 
     def _result_pipe(self, main: Any) -> Any:
         """The pipeline for the result key: `main` when both live in one Redis."""
@@ -145,17 +142,15 @@ class BatchProgress:
             except (KeyError, TypeError, ValueError):
                 continue  # unreadable (another version?): grade that item again
             verdicts[int(index)] = verdict
-            self.encoded[int(index)] = json.dumps(verdict.to_dict())
         return int(attempts), verdicts
 
     def save(self, pairs: Sequence[tuple[int, Verdict]]) -> None:
         """Save verdicts: one hash field per item index (value: verdict JSON)."""
         if not pairs:
             return
-        mapping: dict[str | bytes, bytes | float | int | str] = {}
-        for index, verdict in pairs:
-            text = self.encoded[index] = json.dumps(verdict.to_dict())
-            mapping[str(index)] = text
+        mapping: dict[str | bytes, bytes | float | int | str] = {
+            str(index): json.dumps(verdict.to_dict()) for index, verdict in pairs
+        }
         pipe = self._redis.pipeline(transaction=False)
         pipe.hset(self._partial, mapping=mapping)
         pipe.expire(self._partial, self._ttl_s)
@@ -262,7 +257,7 @@ def run_batch(
     )
     with beat:
         _grade_or_stand_in(runtime, request, todo, done, progress, attempts)
-    progress.finish(_result_json(request, done, progress.encoded))
+    progress.finish(_result_json(request, done))
     runtime.observer.commit()
     runtime.metrics.batch_done(
         size=len(request.items), duration_s=time.monotonic() - started
@@ -270,18 +265,14 @@ def run_batch(
     return [(it["index"], done[it["index"]]) for it in request.items]
 
 
-def _result_json(
-    request: WireBatchRequest, done: dict[int, Verdict], encoded: dict[int, str]
-) -> str:
-    """The result of exactly this batch's indexes, from the texts saved already
-    (an index missing there, e.g. a save cut short by the backstop, is encoded)."""
-    texts: dict[int, str] = {}
-    for item in request.items:
-        index = item["index"]
-        text = encoded.get(index)
-        texts[index] = json.dumps(done[index].to_dict()) if text is None else text
-    return result_json(
-        job_id=request.job_id, batch_id=request.batch_id, verdicts_json=texts
+def _result_json(request: WireBatchRequest, done: dict[int, Verdict]) -> str:
+    """The `WireResult` of exactly this batch's indexes, as JSON text (one encoder
+    pass over all of them: half the time of encoding each verdict on its own)."""
+    results = [(item["index"], done[item["index"]]) for item in request.items]
+    return json.dumps(
+        result_to_wire(
+            job_id=request.job_id, batch_id=request.batch_id, results=results
+        )
     )
 
 

@@ -18,7 +18,6 @@ from workers.contract import (
     batch_to_wire,
     detach_items,
     items_reference,
-    result_json,
     result_to_wire,
     results_from_wire,
 )
@@ -164,33 +163,6 @@ def test_contract_results_sorted_and_parsed_back():
     pairs = results_from_wire(json.loads(json.dumps(wire)))
     assert [index for index, _ in pairs] == [2, 5]
     assert pairs[0][1] == verdict
-
-
-def test_contract_result_json_equals_result_to_wire():
-    # Given verdicts (unicode and quotes included) encoded one by one, out of order
-    wrong = Verdict(
-        correct=False,
-        status=Status.WRONG,
-        format_valid=False,
-        extracted='½ "x"\\',
-        extraction_method=ExtractionMethod.ANSWER_LINE,
-        reason="naïve",
-    )
-    right = Verdict(
-        correct=True,
-        status=Status.CORRECT,
-        format_valid=True,
-        extracted="1",
-        extraction_method=ExtractionMethod.BOXED,
-    )
-    pairs = [(9, wrong), (0, right), (3, wrong)]
-    encoded = {index: json.dumps(v.to_dict()) for index, v in pairs}
-    # When the result text is spliced from them
-    text = result_json(job_id='j"1', batch_id="j.0", verdicts_json=encoded)
-    # Then it is exactly the JSON of `result_to_wire` (sorted by index)
-    wire = result_to_wire(job_id='j"1', batch_id="j.0", results=pairs)
-    assert json.loads(text) == json.loads(json.dumps(wire))
-    assert [i for i, _ in results_from_wire(json.loads(text))] == [0, 3, 9]
 
 
 @pytest.mark.parametrize(
