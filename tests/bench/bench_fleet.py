@@ -12,6 +12,7 @@ the broker's keys in db 0.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import random
 import statistics
 import sys
@@ -94,7 +95,7 @@ class Bench:
             cache_url=self.cache_url,
         )
         for client in self._clients.values():  # every new worker gets warm too
-            client.grade([Rollout("warm-up \\boxed{1}", "1")] * 2 * count)
+            self._warm_up(client)
 
     def flush_cache(self) -> None:
         client = redis.Redis.from_url(self.cache_url)
@@ -110,9 +111,15 @@ class Bench:
                 item_timeout_s=self.item_timeout_s,
                 deadline_s=900,
             )
-            client.grade([Rollout(f"warm-up \\boxed{{{batch_size}}}", "0")])
+            self._warm_up(client)
             self._clients[batch_size] = client
         return self._clients[batch_size]
+
+    def _warm_up(self, client: GradingClient) -> None:
+        """Two batches per worker, so every worker has its connections and sandbox
+        child before any timing (rounds then differ only in what they measure)."""
+        count = client.batch_size * 2 * len(self.workers)
+        client.grade([Rollout(f"warm-up \\boxed{{{k}}}", "0") for k in range(count)])
 
     def grade(
         self, rollouts: Sequence[Rollout], batch_size: int = DEFAULT_BATCH_SIZE
@@ -130,6 +137,23 @@ class Bench:
 def local_pool_s(
     rollouts: list[Rollout], processes: int, item_timeout_s: float
 ) -> float:
+    """Seconds for the embedded pool to grade `rollouts`, measured in a fresh process.
+
+    A process of its own, as the CLI's embedded mode runs: the pool's parent warms
+    the verifier (SymPy, ~40k objects), and in this process those would make every
+    later fleet round's producer pay for full garbage collections that a real
+    producer, which never imports SymPy, does not.
+    """
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return float(
+            pool.apply(_local_pool_in_child, (rollouts, processes, item_timeout_s))
+        )
+
+
+def _local_pool_in_child(
+    rollouts: list[Rollout], processes: int, item_timeout_s: float
+) -> float:
     from workers.local import LocalPool
 
     with (
@@ -141,7 +165,9 @@ def local_pool_s(
             cache_path=Path(tmp) / "cache.sqlite",
         ) as pool,
     ):
-        pool.grade([Rollout("\\boxed{1}", "1")] * 4, GradeOptions())  # warm up
+        # Warm up as the fleet: two batches per worker (64 items per local batch).
+        warm = [Rollout(f"warm-up \\boxed{{{k}}}", "0") for k in range(128 * processes)]
+        pool.grade(warm, GradeOptions())
         return timed(lambda: pool.grade(rollouts, GradeOptions()))
 
 
@@ -159,8 +185,13 @@ def section_overhead(bench: Bench, rollouts: list[Rollout], rounds: int) -> None
             bench.resize(len(bench.workers))
         bench.client(DEFAULT_BATCH_SIZE)  # connect and warm up outside the timing
         bench.flush_cache()
-        fleet_s = timed(lambda: bench.grade(rollouts))
-        local_s = local_pool_s(rollouts, len(bench.workers), bench.item_timeout_s)
+        # Alternate which goes first: this machine's speed drifts within seconds.
+        if round_no % 2:
+            fleet_s = timed(lambda: bench.grade(rollouts))
+            local_s = local_pool_s(rollouts, len(bench.workers), bench.item_timeout_s)
+        else:
+            local_s = local_pool_s(rollouts, len(bench.workers), bench.item_timeout_s)
+            fleet_s = timed(lambda: bench.grade(rollouts))
         ratios.append(local_s / fleet_s)
         print(
             f"    round {round_no}: fleet (Redis, 2 workers) {n / fleet_s:7,.0f}/s, "
@@ -300,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 counts = [int(x) for x in args.workers.split(",")]
                 scaling(bench, rollouts, counts, args.batch_size)
             else:
-                section_overhead(bench, rollouts, rounds=1 if args.quick else 3)
+                section_overhead(bench, rollouts, rounds=1 if args.quick else 5)
                 step = rl_step(prompts_with_samples(), 512, 16)
                 clean = section_rl_step(bench, step, reps)
                 section_hostile(bench, step, clean, reps)
