@@ -7,7 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,24 +49,42 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Start a private redis-server on a free port; yield its URL (`redis://...:PORT/0`)."""
+def start_redis_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., str]]:
+    """`start_redis_server(*extra_args)`: a private redis-server on a free port (no
+    persistence; `extra_args` are more server options); returns its URL. Every
+    server started is killed at the end of the session."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed (needed by integration tests)")
-    workdir = tmp_path_factory.mktemp("redis")
-    port = _free_port()
-    log_path = workdir / "redis.log"
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    args += ["--appendonly", "no", "--dir", str(workdir), "--logfile", str(log_path)]
-    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*extra_args: str) -> str:
+        workdir = tmp_path_factory.mktemp("redis")
+        port = _free_port()
+        log_path = workdir / "redis.log"
+        args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "no", "--dir", str(workdir)]
+        args += ["--logfile", str(log_path), *extra_args]
+        proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL)
+        started.append(proc)
+        url = f"redis://127.0.0.1:{port}/0"
         _wait_ready(url, proc, log_path)
-        yield url
+        return url
+
+    try:
+        yield start
     finally:
-        proc.kill()
-        proc.wait(timeout=10)
+        for proc in started:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_server(start_redis_server: Callable[..., str]) -> str:
+    """A private redis-server for the session; its URL (`redis://...:PORT/0`)."""
+    return start_redis_server()
 
 
 @pytest.fixture

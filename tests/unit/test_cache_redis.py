@@ -6,12 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,52 +113,13 @@ def test_cache_redis_script_works_with_decoded_responses(
         client.close()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
-def no_scripting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def no_scripting_server(start_redis_server) -> str:
     """A private redis-server with EVAL and EVALSHA renamed away (as some proxies and
-    managed services do); yields its URL. Started as the `redis_server` fixture is."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed")
-    workdir = tmp_path_factory.mktemp("redis-no-scripting")
-    port = _free_port()
-    log_path = workdir / "redis.log"
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    args += ["--appendonly", "no", "--dir", str(workdir), "--logfile", str(log_path)]
-    args += ["--rename-command", "EVAL", "", "--rename-command", "EVALSHA", ""]
-    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        _wait_ready(url, proc, log_path)
-        yield url
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + _START_DEADLINE_S
-    client: redis.Redis[bytes] = redis.Redis.from_url(url, socket_connect_timeout=0.5)
-    try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                log = log_path.read_text(errors="replace")
-                pytest.fail(f"redis-server exited early ({proc.returncode}):\n{log}")
-            try:
-                if client.ping():
-                    return
-            except redis.ConnectionError:
-                time.sleep(0.02)
-        pytest.fail(f"redis-server did not answer within {_START_DEADLINE_S} s ({url})")
-    finally:
-        client.close()
+    managed services do); its URL."""
+    return start_redis_server(
+        "--rename-command", "EVAL", "", "--rename-command", "EVALSHA", ""
+    )
 
 
 @pytest.fixture
