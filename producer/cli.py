@@ -40,6 +40,8 @@ __all__ = ["cli", "main"]
 # Rows read and graded per round: bounds memory on huge files while keeping thousands
 # of batches in flight, so the pool or fleet stays busy.
 CHUNK_ROWS = 20_000
+# Embedded mode's batch: the local pool's parent hands each process this many at once.
+LOCAL_BATCH_SIZE = 64
 MAX_ERRORS_SHOWN = 20
 _DEFAULTS = ProducerSettings()
 
@@ -83,7 +85,7 @@ def _embedded(settings: ProducerSettings, options: GradeOptions) -> Iterator[Gra
         item_timeout_s=settings.item_timeout_s,
         item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
         cache_path=settings.cache_path,
-        batch_size=settings.batch_size,
+        batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
     )
 
     def grade(rows: Sequence[InputRow], on_progress: Progress) -> list[Verdict]:
@@ -232,7 +234,8 @@ def _grade_file(
     default=_DEFAULTS.batch_size,
     envvar="GRADEFLEET_BATCH_SIZE",
     show_default=True,
-    help="Rollouts per task.",
+    help="Rollouts per task [default: on a fleet, sized per file chunk (16 to 512); "
+    f"embedded: {LOCAL_BATCH_SIZE}]",
 )
 @click.option(
     "--deadline-s",

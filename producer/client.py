@@ -22,12 +22,12 @@ from producer.errors import BrokerUnavailableError, InvalidRolloutError
 from producer.job import Batch, GradingJob, Progress
 from producer.settings import redact_url
 from workers.contract import (
-    DEFAULT_BATCH_SIZE,
     GRADE_BATCH,
     MAX_TEXT_CHARS,
     QUEUE,
     WireBatch,
     batch_items_key,
+    batch_size_for,
     batch_to_wire,
     detach_items,
 )
@@ -106,7 +106,8 @@ class GradingClient:
 
     Args:
         broker_url: Redis URL of the broker the workers consume.
-        batch_size: rollouts per task.
+        batch_size: rollouts per task; None sizes each job's batches to the job
+            (`contract.batch_size_for`: 32 tasks per job, 16 to 512 rollouts each).
         deadline_s: default time limit of a job (None: wait as long as it takes).
         resend_after_s: a running batch with no new heartbeat for this long is
             published again under the same id (default 10 s; workers beat every 1 s).
@@ -127,7 +128,7 @@ class GradingClient:
         self,
         broker_url: str,
         *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int | None = None,
         deadline_s: float | None = None,
         resend_after_s: float | None = None,
         stall_after_s: float | None = None,
@@ -136,7 +137,7 @@ class GradingClient:
         item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S,
         metrics: ClientMetrics | None = None,
     ) -> None:
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be ≥ 1")
         self.broker_url = broker_url
         self.batch_size = batch_size
@@ -193,7 +194,7 @@ class GradingClient:
         """Validate, split into batches and publish; returns at once."""
         triples = validate_rollouts(rollouts)
         job_id = uuid.uuid4().hex
-        size = self.batch_size
+        size = self.batch_size or batch_size_for(len(triples))
         batches = [
             Batch(
                 batch_id=f"{job_id}.{n}",

@@ -43,7 +43,8 @@ class ProducerSettings:
 
     Attributes:
         broker_url: Redis URL of the fleet; None means embedded mode (a local pool).
-        batch_size: rollouts per Celery task (or per local pool batch).
+        batch_size: rollouts per Celery task (or per local pool batch); None: sized
+            per job on a fleet (`contract.batch_size_for`), 64 in embedded mode.
         deadline_s: give up (DeadlinePassedError) if results take longer than this.
         processes: embedded mode only: grading processes; None means os.cpu_count().
         item_timeout_s: embedded mode only: wall-clock limit per rollout.
@@ -53,7 +54,7 @@ class ProducerSettings:
     """
 
     broker_url: str | None = None
-    batch_size: int = 64  # the fleet default (workers.settings.DEFAULT_BATCH_SIZE)
+    batch_size: int | None = None
     deadline_s: float = 3600.0
     processes: int | None = None
     item_timeout_s: float = 5.0
@@ -62,7 +63,7 @@ class ProducerSettings:
 
     def __post_init__(self) -> None:
         checks = {
-            "batch_size": self.batch_size >= 1,
+            "batch_size": self.batch_size is None or self.batch_size >= 1,
             "deadline_s": self.deadline_s > 0,
             "processes": self.processes is None or self.processes >= 1,
             "item_timeout_s": self.item_timeout_s > 0,

@@ -15,8 +15,8 @@ from workers.errors import InvalidRequestError
 from workers.models import GradeOptions, Verdict
 
 __all__ = [
-    "DEFAULT_BATCH_SIZE",
     "GRADE_BATCH",
+    "MAX_AUTO_BATCH_SIZE",
     "QUEUE",
     "SCHEMA_VERSION",
     "WireBatch",
@@ -27,6 +27,7 @@ __all__ = [
     "attach_items",
     "batch_from_wire",
     "batch_items_key",
+    "batch_size_for",
     "batch_to_wire",
     "detach_items",
     "items_reference",
@@ -39,13 +40,22 @@ GRADE_BATCH = "gradefleet.grade_batch"
 QUEUE = "gradefleet"
 SCHEMA_VERSION = 1
 # Rollouts per task, by measurement (tests/bench/bench_fleet.py --batch-sizes; 10,000
-# real rollouts, 2 workers x 1 process, cold cache, 2 shared cores; load ~0.9):
-#   batch          16     32     64    128    256    512
-#   rollouts/s   4294   6339   8813  11679  12987  14579
-# A task costs a few ms of Celery/Redis round trips, so small batches pay for it.
-# 256 keeps most of the gain while an 8,192-rollout RL step still makes 32 tasks
-# (a 256-item batch of real outputs grades in ~25 ms, so the tail stays short).
-DEFAULT_BATCH_SIZE = 256
+# real rollouts, 2 workers x 1 process, cold cache, 2 shared cores):
+#   batch             64     128     256     512
+#   rollouts/s      4168    5604    6118    7287
+# A task costs a few ms of Celery/Redis work, so bigger batches go faster; but a job
+# must also make enough tasks for every worker of a larger fleet (16 workers on 16
+# cores scaled best with 128-item batches on 40,000 rollouts). So the size follows the
+# job: JOB_BATCHES tasks per job, each of MIN_BATCH_SIZE to MAX_AUTO_BATCH_SIZE items
+# (an 8,192-rollout RL step: 32 tasks of 256; 100,000 rollouts: 196 tasks of 512).
+JOB_BATCHES = 32
+MIN_BATCH_SIZE = 16
+MAX_AUTO_BATCH_SIZE = 512
+
+
+def batch_size_for(rollouts: int) -> int:
+    """Rollouts per task for a job of `rollouts` (see the table above)."""
+    return max(MIN_BATCH_SIZE, min(MAX_AUTO_BATCH_SIZE, -(-rollouts // JOB_BATCHES)))
 
 
 def job_done_key(job_id: str) -> str:

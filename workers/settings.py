@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from workers.contract import MAX_AUTO_BATCH_SIZE
 from workers.errors import ConfigError
 
 __all__ = ["WorkerSettings"]
@@ -31,7 +32,8 @@ class WorkerSettings:
         max_attempts: deliveries of one batch that may die before its remaining
             items are answered `error` (poison batch).
         recycle_after_items: the sandbox child is replaced after this many items.
-        max_batch_size: largest batch the time limits are sized for.
+        max_batch_size: largest batch the time limits are sized for (producers
+            make batches of at most 512 unless told otherwise).
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
         test_hooks: enable the test-only magic responses (never in production).
@@ -48,7 +50,7 @@ class WorkerSettings:
     metrics_dir: str | None = None
     max_attempts: int = 3
     recycle_after_items: int = 500
-    max_batch_size: int = 256
+    max_batch_size: int = MAX_AUTO_BATCH_SIZE
     hostname: str | None = None
     loglevel: str = "INFO"
     test_hooks: bool = False
@@ -108,7 +110,7 @@ class WorkerSettings:
             metrics_dir=env.get("GRADEFLEET_METRICS_DIR") or None,
             max_attempts=_int(env, "GRADEFLEET_MAX_ATTEMPTS", 3),
             recycle_after_items=_int(env, "GRADEFLEET_RECYCLE_AFTER_ITEMS", 500),
-            max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", 256),
+            max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", MAX_AUTO_BATCH_SIZE),
             hostname=env.get("GRADEFLEET_HOSTNAME") or None,
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
             test_hooks=env.get("GRADEFLEET_TEST_HOOKS", "") == "1",

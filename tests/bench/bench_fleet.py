@@ -35,7 +35,7 @@ from fleet_procs import (
 
 from producer.client import GradingClient, Rollout
 from workers import verifier
-from workers.contract import DEFAULT_BATCH_SIZE
+from workers.contract import MAX_AUTO_BATCH_SIZE
 from workers.models import GradeOptions, Verdict
 
 HOSTILE = [
@@ -102,8 +102,9 @@ class Bench:
         client.flushdb()
         client.close()
 
-    def client(self, batch_size: int) -> GradingClient:
-        """A connected, warmed-up client (created outside any timing)."""
+    def client(self, batch_size: int | None) -> GradingClient:
+        """A connected, warmed-up client (created outside any timing); None: the
+        client's own per-job batch size, as users get it."""
         if batch_size not in self._clients:
             client = GradingClient(
                 self.redis.url,
@@ -118,11 +119,11 @@ class Bench:
     def _warm_up(self, client: GradingClient) -> None:
         """Two batches per worker, so every worker has its connections and sandbox
         child before any timing (rounds then differ only in what they measure)."""
-        count = client.batch_size * 2 * len(self.workers)
+        count = (client.batch_size or MAX_AUTO_BATCH_SIZE) * 2 * len(self.workers)
         client.grade([Rollout(f"warm-up \\boxed{{{k}}}", "0") for k in range(count)])
 
     def grade(
-        self, rollouts: Sequence[Rollout], batch_size: int = DEFAULT_BATCH_SIZE
+        self, rollouts: Sequence[Rollout], batch_size: int | None = None
     ) -> list[Verdict]:
         return self.client(batch_size).grade(rollouts)
 
@@ -183,7 +184,7 @@ def section_overhead(bench: Bench, rollouts: list[Rollout], rounds: int) -> None
     for round_no in range(1, rounds + 1):
         if round_no > 1:
             bench.resize(len(bench.workers))
-        bench.client(DEFAULT_BATCH_SIZE)  # connect and warm up outside the timing
+        bench.client(None)  # connect and warm up outside the timing
         bench.flush_cache()
         # Alternate which goes first: this machine's speed drifts within seconds.
         if round_no % 2:
@@ -302,11 +303,11 @@ def batch_size_table(bench: Bench, rollouts: list[Rollout], sizes: list[int]) ->
 
 
 def scaling(
-    bench: Bench, rollouts: list[Rollout], counts: list[int], batch_size: int
+    bench: Bench, rollouts: list[Rollout], counts: list[int], batch_size: int | None
 ) -> None:
     print(
         f"scaling: {len(rollouts)} real rollouts, cold cache, 1 process per worker, "
-        f"batch {batch_size}"
+        f"batch {batch_size or 'per job (client default)'}"
     )
     for count in counts:
         bench.resize(count)
@@ -328,8 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--batch-size",
         type=int,
-        default=DEFAULT_BATCH_SIZE,
-        help="batch size for --workers (use ~128 with 16 workers)",
+        default=None,
+        help="batch size for --workers (default: the client's, sized per job)",
     )
     parser.add_argument("--item-timeout-s", type=float, default=5.0)
     args = parser.parse_args(argv)

@@ -86,3 +86,23 @@ def test_items_gone_before_delivery_are_stored_again_by_the_resend(
     assert job.resent_batches >= 1
     # And no stored items outlive the job
     assert leftover == []
+
+
+def test_client_sizes_batches_to_the_job_by_default(quiet_db):
+    # Given a client with no batch size, on a broker no worker consumes
+    client = GradingClient(quiet_db, deadline_s=60)
+    inspect = redis.Redis.from_url(quiet_db)
+    try:
+        # When it submits a 10,000-rollout job and then a 100-rollout one
+        big = client.submit([Rollout(f"\\boxed{{{k}}}", "1") for k in range(10_000)])
+        big_tasks = inspect.llen(QUEUE)
+        client.submit([Rollout(f"\\boxed{{{k}}}", "1") for k in range(100)])
+        small_tasks = inspect.llen(QUEUE) - big_tasks
+        first = json.loads(inspect.get(batch_items_key(f"{big.job_id}.0")))
+    finally:
+        inspect.close()
+        client.close()
+    # Then the big job makes 32 tasks of 313 and the small one tasks of 16
+    assert big_tasks == 32
+    assert len(first) == 313
+    assert small_tasks == 7  # 6 x 16 + 4

@@ -9,12 +9,16 @@ import pytest
 
 from workers.contract import (
     GRADE_BATCH,
+    JOB_BATCHES,
+    MAX_AUTO_BATCH_SIZE,
     MAX_PAYLOAD_BYTES,
+    MIN_BATCH_SIZE,
     QUEUE,
     SCHEMA_VERSION,
     attach_items,
     batch_from_wire,
     batch_items_key,
+    batch_size_for,
     batch_to_wire,
     detach_items,
     items_reference,
@@ -173,3 +177,18 @@ def test_contract_results_sorted_and_parsed_back():
 def test_contract_rejects_malformed_result(payload):
     with pytest.raises(InvalidRequestError):
         results_from_wire(payload)
+
+
+def test_contract_batch_size_follows_the_job():
+    # 32 tasks per job while each holds 16 to 512 rollouts
+    assert batch_size_for(0) == MIN_BATCH_SIZE
+    assert batch_size_for(100) == MIN_BATCH_SIZE
+    assert batch_size_for(8_192) == 256
+    assert batch_size_for(10_000) == 313  # 32 tasks, the last one shorter
+    assert batch_size_for(1_000_000) == MAX_AUTO_BATCH_SIZE
+    for n in range(1, 40_000, 97):
+        size = batch_size_for(n)
+        assert MIN_BATCH_SIZE <= size <= MAX_AUTO_BATCH_SIZE
+        tasks = -(-n // size)
+        assert tasks <= JOB_BATCHES or size == MAX_AUTO_BATCH_SIZE
+        assert batch_size_for(n + 1) >= size
