@@ -177,9 +177,9 @@ def _on_process_init(**_: Any) -> None:
     _runtime = None
     get_runtime()
     warm_up_verifier()  # pay SymPy's lazy import now, not inside the first batch
-    # Move everything alive now (SymPy, Celery: ~1M objects) out of the collector's
+    # Move everything alive now (SymPy's and Celery's objects) out of the collector's
     # sight, as `childproc.fork_child` does for sandboxes and local workers: a full
-    # collection otherwise walks them all, ~0.1 s each, once per few batches.
+    # collection otherwise walks them all, ~0.1 s each, about once per 20 batches.
     gc.collect()
     gc.freeze()
 

@@ -44,10 +44,11 @@ SCHEMA_VERSION = 1
 #   batch             64     128     256     512
 #   rollouts/s      4168    5604    6118    7287
 # A task costs a few ms of Celery/Redis work, so bigger batches go faster; but a job
-# must also make enough tasks for every worker of a larger fleet (16 workers on 16
-# cores scaled best with 128-item batches on 40,000 rollouts). So the size follows the
-# job: JOB_BATCHES tasks per job, each of MIN_BATCH_SIZE to MAX_AUTO_BATCH_SIZE items
-# (an 8,192-rollout RL step: 32 tasks of 256; 100,000 rollouts: 196 tasks of 512).
+# must also make enough tasks for every worker of a larger fleet to get some, and a
+# few more to even out the tail (10,000 rollouts in 512s on 16 workers: a second wave
+# of 4 tasks while 12 workers idle). So the size follows the job: JOB_BATCHES tasks
+# per job, each of MIN_BATCH_SIZE to MAX_AUTO_BATCH_SIZE items (an 8,192-rollout RL
+# step: 32 tasks of 256; 100,000 rollouts: 196 tasks of 512).
 JOB_BATCHES = 32
 MIN_BATCH_SIZE = 16
 MAX_AUTO_BATCH_SIZE = 512

@@ -42,10 +42,10 @@ __all__ = ["attempts_key", "grade_batch", "partial_key", "run_batch"]
 # worker costs at most that much plus one chunk. A fast batch saves nothing (its
 # verdicts go straight into the result, stored in the round trip that drops whatever
 # was saved); one with slow items saves after each slow chunk.
-# Chunks start small and grow x4 while they are fast (fewer round trips: a 256-item
-# batch takes 16 + 64 + 176, 3 chunks, where doubling took 5; each chunk costs a cache
-# MGET and store and a sandbox exchange); after a slow one they drop to a couple of
-# items, so little graded work is at stake when a worker is lost or the backstop
+# Chunks start small and grow x4 while they are fast (fewer round trips: a 512-item
+# batch takes 16 + 64 + 256 + 176, 4 chunks, where doubling took 6; each chunk costs a
+# cache MGET and store and a sandbox exchange); after a slow one they drop to a couple
+# of items, so little graded work is at stake when a worker is lost or the backstop
 # interrupts a chunk.
 FIRST_CHUNK_ITEMS = 16
 CHUNK_GROWTH = 4
@@ -200,8 +200,9 @@ def _answer_all(
     pairs = [(item.index, verdict) for item in items if item.index not in done]
     for index, _ in pairs:
         done[index] = verdict
-        runtime.metrics.item_graded(verdict, 0.0)
+        runtime.observer.item_graded(verdict, 0.0)
     progress.save(pairs)
+    runtime.observer.commit()
 
 
 def _grade_in_chunks(
