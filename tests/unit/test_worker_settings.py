@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from workers.__main__ import build_parser, settings_from_args, worker_argv
@@ -93,3 +96,27 @@ def test_worker_app_is_json_only_late_ack_prefetch_one():
     assert settings.longest_batch_s < conf.task_soft_time_limit < conf.task_time_limit
     assert visibility_s >= max(3_600, 2 * settings.longest_batch_s)
     assert conf.task_time_limit < visibility_s
+
+
+def test_worker_main_process_warms_the_verifier_before_the_pool_forks():
+    # In a fresh interpreter: the app alone does not import SymPy; Celery's
+    # `worker_init` (sent in the main process before the pool starts) does, and
+    # freezes the heap, so every prefork child starts warm on shared pages.
+    script = (
+        "import gc, sys\n"
+        "from celery.signals import worker_init\n"
+        "from workers.app import create_app\n"
+        "from workers.settings import WorkerSettings\n"
+        "create_app(WorkerSettings())\n"
+        "before = 'sympy' in sys.modules\n"
+        "worker_init.send(sender=None)\n"
+        "print(before, 'sympy' in sys.modules, gc.get_freeze_count() > 0)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert completed.stdout.split() == ["False", "True", "True"]
