@@ -23,11 +23,12 @@ import redis
 
 from workers.errors import CacheError
 from workers.models import (
+    STATUS_BY_VALUE,
     TRANSIENT_STATUSES,
+    VERIFY_METHOD_BY_VALUE,
     GradeOptions,
     Status,
     Verdict,
-    VerifyMethod,
 )
 
 __all__ = [
@@ -54,9 +55,6 @@ ANSWER_FIELDS = (
 )
 _ANSWER_FIELD_SET = frozenset(ANSWER_FIELDS)
 _SQLITE_CHUNK = 500
-# value -> member: entries store values, and a lookup costs a fraction of the enum call.
-_STATUS_BY_VALUE: dict[str, Status] = {m.value: m for m in Status}
-_VERIFY_BY_VALUE: dict[str, VerifyMethod] = {m.value: m for m in VerifyMethod}
 _STATUS_VALUES = frozenset(s.value for s in Status if s not in TRANSIENT_STATUSES)
 
 # Built once: `json.dumps` with non-default arguments builds a new encoder every call.
@@ -133,7 +131,7 @@ def _valid_entry(entry: object) -> bool:
     status, method = entry["status"], entry["verify_method"]
     if not (isinstance(status, str) and status in _STATUS_VALUES):
         return False
-    if not (isinstance(method, str) and method in _VERIFY_BY_VALUE):
+    if not (isinstance(method, str) and method in VERIFY_METHOD_BY_VALUE):
         return False
     optional_strs = (entry["canonical_pred"], entry["canonical_gold"])
     if not all(value is None or isinstance(value, str) for value in optional_strs):
@@ -162,13 +160,13 @@ def verdict_from_entry(entry: Mapping[str, Any], per_response: Verdict) -> Verdi
     """
     return Verdict(
         correct=entry["correct"],
-        status=_STATUS_BY_VALUE[entry["status"]],
+        status=STATUS_BY_VALUE[entry["status"]],
         format_valid=per_response.format_valid,
         extracted=per_response.extracted,
         extraction_method=per_response.extraction_method,
         canonical_pred=entry["canonical_pred"],
         canonical_gold=entry["canonical_gold"],
-        verify_method=_VERIFY_BY_VALUE[entry["verify_method"]],
+        verify_method=VERIFY_METHOD_BY_VALUE[entry["verify_method"]],
         reason=entry["reason"],
         grader_version=entry["grader_version"],
         cached=per_response.cached,

@@ -52,13 +52,14 @@ class VerifyMethod(StrEnum):
     NONE = "none"
 
 
-# value -> member: `Verdict.from_dict` runs once per result the producer receives,
-# and these lookups cost a fraction of calling the enum (which walks its metaclass).
-_STATUS_BY_VALUE: dict[str, Status] = {m.value: m for m in Status}
-_EXTRACTION_BY_VALUE: dict[str, ExtractionMethod] = {
+# value -> member, for hot decoders (`Verdict.from_dict` per result the producer
+# receives, the cache per entry): a lookup costs a fraction of calling the enum
+# (which walks its metaclass). Read-only by convention.
+STATUS_BY_VALUE: Mapping[str, Status] = {m.value: m for m in Status}
+EXTRACTION_METHOD_BY_VALUE: Mapping[str, ExtractionMethod] = {
     m.value: m for m in ExtractionMethod
 }
-_VERIFY_BY_VALUE: dict[str, VerifyMethod] = {m.value: m for m in VerifyMethod}
+VERIFY_METHOD_BY_VALUE: Mapping[str, VerifyMethod] = {m.value: m for m in VerifyMethod}
 
 
 def _member(table: Mapping[str, _E], value: object, kind: str) -> _E:
@@ -138,18 +139,20 @@ class Verdict:
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
         return cls(
             correct=bool(data["correct"]),
-            status=_member(_STATUS_BY_VALUE, data["status"], "Status"),
+            status=_member(STATUS_BY_VALUE, data["status"], "Status"),
             format_valid=bool(data["format_valid"]),
             extracted=data.get("extracted"),
             extraction_method=_member(
-                _EXTRACTION_BY_VALUE,
+                EXTRACTION_METHOD_BY_VALUE,
                 data.get("extraction_method", "none"),
                 "ExtractionMethod",
             ),
             canonical_pred=data.get("canonical_pred"),
             canonical_gold=data.get("canonical_gold"),
             verify_method=_member(
-                _VERIFY_BY_VALUE, data.get("verify_method", "none"), "VerifyMethod"
+                VERIFY_METHOD_BY_VALUE,
+                data.get("verify_method", "none"),
+                "VerifyMethod",
             ),
             reason=str(data.get("reason", "")),
             grader_version=str(data.get("grader_version", "")),
