@@ -113,6 +113,7 @@ def _fleet(settings: ProducerSettings, options: GradeOptions) -> Iterator[GradeR
         batch_size=settings.batch_size,
         options=options,
         item_timeout_s=settings.item_timeout_s,
+        priority=settings.priority,
     )
 
     def grade(rows: Sequence[InputRow], on_progress: Progress) -> list[Verdict]:
@@ -284,6 +285,15 @@ def _grade_file(
     is_flag=True,
     help="Only answers with an explicit marker (\\boxed{}, 'Answer:') can be correct.",
 )
+@click.option(
+    "--priority",
+    type=click.Choice(["interactive", "bulk"]),
+    default=_DEFAULTS.priority,
+    envvar="GRADEFLEET_PRIORITY",
+    show_default=True,
+    help="On a fleet: the lane of this file's jobs. Workers take interactive work "
+    "(RL steps) first; bulk (sweeps) gets the rest and never starves.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
 def grade(
     input_path: str,
@@ -297,6 +307,7 @@ def grade(
     cache_dir: Path | None,
     no_cache: bool,
     no_fallback: bool,
+    priority: str,
     quiet: bool,
 ) -> None:
     """Grade every rollout of INPUT.jsonl; write OUTPUT.jsonl in the same order.
@@ -320,6 +331,7 @@ def grade(
         item_timeout_s=item_timeout_s,
         item_memory_mb=item_memory_mb,
         cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
+        priority=priority,
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     backend = _fleet if settings.broker_url else _embedded

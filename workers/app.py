@@ -17,6 +17,7 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 from workers.batch import BatchGrader
 from workers.cache import RedisResultCache
 from workers.contract import QUEUE
+from workers.lanes import LaneCycle
 from workers.metrics import WorkerMetrics
 from workers.models import Verdict
 from workers.sandbox import GradeFn, Sandbox, warm_up_verifier
@@ -211,6 +212,7 @@ def create_app(settings: WorkerSettings) -> Celery:
     global _settings
     _settings = settings
     soft_s, hard_s = _time_limits_s(settings)
+    LaneCycle.bulk_every = settings.bulk_every
     app = Celery("gradefleet", broker=settings.broker_url, backend=settings.backend_url)
     app.conf.update(
         task_serializer="json",
@@ -225,7 +227,12 @@ def create_app(settings: WorkerSettings) -> Celery:
         task_store_errors_even_if_ignored=True,
         worker_prefetch_multiplier=1,
         task_default_queue=QUEUE,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            # One BRPOP over every lane's lists, interactive first, bulk now and
+            # then (`workers.lanes.LaneCycle`); kombu imports the class by name.
+            "queue_order_strategy": f"{LaneCycle.__module__}:{LaneCycle.__name__}",
+        },
         broker_connection_retry_on_startup=True,
         result_expires=max(3_600, settings.visibility_timeout_s),
         task_soft_time_limit=soft_s,

@@ -33,6 +33,7 @@ from workers.contract import (
     job_done_key,
     result_to_wire,
 )
+from workers.lanes import INTERACTIVE, lane_of_queue
 from workers.models import ExtractionMethod, Status, Verdict
 from workers.verifier import GRADER_VERSION
 
@@ -234,6 +235,8 @@ def run_batch(
     runtime: WorkerRuntime,
     request: WireBatchRequest,
     task: Task[Any, Any] | None = None,
+    *,
+    lane: str = INTERACTIVE,
 ) -> list[tuple[int, Verdict]]:
     """Grade a validated batch; every item gets a verdict, in the batch's order.
 
@@ -261,7 +264,7 @@ def run_batch(
     progress.finish(_result_json(request, done))
     runtime.observer.commit()
     runtime.metrics.batch_done(
-        size=len(request.items), duration_s=time.monotonic() - started
+        size=len(request.items), duration_s=time.monotonic() - started, lane=lane
     )
     return [(it["index"], done[it["index"]]) for it in request.items]
 
@@ -371,6 +374,14 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
         payload = runtime.redis.execute_command("GETRANGE", key, 0, MAX_PAYLOAD_BYTES)
         wire = attach_items(wire, payload)
     request = batch_from_wire(wire)
-    runtime.metrics.queue_wait(time.time() - request.enqueued_at)
+    lane = _lane(self)
+    runtime.metrics.queue_wait(time.time() - request.enqueued_at, lane=lane)
     with runtime.metrics.busy():
-        run_batch(runtime, request, self)
+        run_batch(runtime, request, self, lane=lane)
+
+
+def _lane(task: Task[Any, Any]) -> str:
+    """The lane of the queue this delivery came from (kombu's routing key is the
+    queue's name); work from a queue of no lane counts as interactive."""
+    info = task.request.delivery_info or {}
+    return lane_of_queue(str(info.get("routing_key", ""))) or INTERACTIVE

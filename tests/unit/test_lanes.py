@@ -1,0 +1,97 @@
+"""Priority lanes: lane names and queues, and the order a worker takes from them."""
+
+from __future__ import annotations
+
+import pytest
+from kombu.utils.scheduling import cycle_by_name
+
+from workers.app import create_app
+from workers.errors import ConfigError
+from workers.lanes import (
+    BULK,
+    INTERACTIVE,
+    LANE_QUEUES,
+    LaneCycle,
+    lane_of_queue,
+    parse_lane,
+    queue_for,
+)
+from workers.settings import WorkerSettings, parse_lanes
+
+I, B = queue_for(INTERACTIVE), queue_for(BULK)
+
+
+def test_lanes_each_have_a_queue_of_their_own():
+    assert len(set(LANE_QUEUES.values())) == len(LANE_QUEUES) == 2
+    assert lane_of_queue(I) == INTERACTIVE
+    assert lane_of_queue(B) == BULK
+    assert lane_of_queue("celery") is None
+
+
+def test_lanes_parse_lane_refuses_unknown_names():
+    assert parse_lane("bulk") == BULK
+    with pytest.raises(ValueError, match="interactive, bulk"):
+        parse_lane("urgent")
+
+
+def test_lanes_cycle_takes_interactive_first_whatever_order_it_is_given():
+    cycle = LaneCycle()
+    cycle.update([B, "other", I])
+    assert cycle.consume(3) == [I, B, "other"]
+
+
+def test_lanes_cycle_tries_bulk_first_after_bulk_every_other_takes():
+    cycle = LaneCycle()
+    cycle.bulk_every = 3
+    cycle.update([I, B])
+    order = []
+    for _ in range(8):
+        first = cycle.consume(2)[0]
+        order.append(first)
+        cycle.rotate(first)  # both lanes have work: the first list delivers
+    assert order == [I, I, I, B, I, I, I, B]
+
+
+def test_lanes_cycle_bulk_taken_anyway_resets_the_count():
+    cycle = LaneCycle()
+    cycle.bulk_every = 2
+    cycle.update([I, B])
+    cycle.rotate(I)
+    cycle.rotate(B)  # the interactive list was empty: bulk delivered
+    cycle.rotate(I)
+    assert cycle.consume(2) == [I, B]
+    cycle.rotate(I)
+    assert cycle.consume(2) == [B, I]
+
+
+def test_lanes_cycle_of_a_node_dedicated_to_interactive_never_lists_bulk():
+    cycle = LaneCycle()
+    cycle.bulk_every = 1
+    cycle.update([I])
+    cycle.rotate(I)
+    cycle.rotate(I)
+    assert cycle.consume(1) == [I]
+
+
+def test_lanes_kombu_finds_the_cycle_by_the_name_the_app_gives():
+    app = create_app(WorkerSettings(bulk_every=5))
+    name = app.conf.broker_transport_options["queue_order_strategy"]
+    assert cycle_by_name(name) is LaneCycle
+    assert LaneCycle.bulk_every == 5
+    LaneCycle.bulk_every = WorkerSettings().bulk_every
+
+
+def test_lanes_worker_settings_read_lanes_and_bulk_every_from_env():
+    settings = WorkerSettings.from_env(
+        {"GRADEFLEET_LANES": "interactive", "GRADEFLEET_BULK_EVERY": "4"}
+    )
+    assert settings.lanes == (INTERACTIVE,)
+    assert settings.bulk_every == 4
+    assert WorkerSettings.from_env({}).lanes == (INTERACTIVE, BULK)
+    assert parse_lanes("bulk, interactive") == (BULK, INTERACTIVE)
+    with pytest.raises(ConfigError, match="urgent"):
+        WorkerSettings.from_env({"GRADEFLEET_LANES": "urgent"})
+    with pytest.raises(ConfigError, match="lanes"):
+        WorkerSettings(lanes=(INTERACTIVE, INTERACTIVE))
+    with pytest.raises(ConfigError, match="bulk_every"):
+        WorkerSettings(bulk_every=0)
