@@ -18,13 +18,13 @@ from workers.lanes import (
 )
 from workers.settings import WorkerSettings, parse_lanes
 
-I, B = queue_for(INTERACTIVE), queue_for(BULK)
+IQ, BQ = queue_for(INTERACTIVE), queue_for(BULK)
 
 
 def test_lanes_each_have_a_queue_of_their_own():
     assert len(set(LANE_QUEUES.values())) == len(LANE_QUEUES) == 2
-    assert lane_of_queue(I) == INTERACTIVE
-    assert lane_of_queue(B) == BULK
+    assert lane_of_queue(IQ) == INTERACTIVE
+    assert lane_of_queue(BQ) == BULK
     assert lane_of_queue("celery") is None
 
 
@@ -36,41 +36,41 @@ def test_lanes_parse_lane_refuses_unknown_names():
 
 def test_lanes_cycle_takes_interactive_first_whatever_order_it_is_given():
     cycle = LaneCycle()
-    cycle.update([B, "other", I])
-    assert cycle.consume(3) == [I, B, "other"]
+    cycle.update([BQ, "other", IQ])
+    assert cycle.consume(3) == [IQ, BQ, "other"]
 
 
 def test_lanes_cycle_tries_bulk_first_after_bulk_every_other_takes():
     cycle = LaneCycle()
     cycle.bulk_every = 3
-    cycle.update([I, B])
+    cycle.update([IQ, BQ])
     order = []
     for _ in range(8):
         first = cycle.consume(2)[0]
         order.append(first)
         cycle.rotate(first)  # both lanes have work: the first list delivers
-    assert order == [I, I, I, B, I, I, I, B]
+    assert order == [IQ, IQ, IQ, BQ, IQ, IQ, IQ, BQ]
 
 
 def test_lanes_cycle_bulk_taken_anyway_resets_the_count():
     cycle = LaneCycle()
     cycle.bulk_every = 2
-    cycle.update([I, B])
-    cycle.rotate(I)
-    cycle.rotate(B)  # the interactive list was empty: bulk delivered
-    cycle.rotate(I)
-    assert cycle.consume(2) == [I, B]
-    cycle.rotate(I)
-    assert cycle.consume(2) == [B, I]
+    cycle.update([IQ, BQ])
+    cycle.rotate(IQ)
+    cycle.rotate(BQ)  # the interactive list was empty: bulk delivered
+    cycle.rotate(IQ)
+    assert cycle.consume(2) == [IQ, BQ]
+    cycle.rotate(IQ)
+    assert cycle.consume(2) == [BQ, IQ]
 
 
 def test_lanes_cycle_of_a_node_dedicated_to_interactive_never_lists_bulk():
     cycle = LaneCycle()
     cycle.bulk_every = 1
-    cycle.update([I])
-    cycle.rotate(I)
-    cycle.rotate(I)
-    assert cycle.consume(1) == [I]
+    cycle.update([IQ])
+    cycle.rotate(IQ)
+    cycle.rotate(IQ)
+    assert cycle.consume(1) == [IQ]
 
 
 def test_lanes_kombu_finds_the_cycle_by_the_name_the_app_gives():
