@@ -403,7 +403,8 @@ def status(
     as_json: bool,
     metrics_urls: tuple[str, ...],
 ) -> None:
-    """Show queue depth, live workers and recent throughput of a fleet."""
+    """Show each lane's queue depth, running jobs by lane with their progress, live
+    workers and recent throughput of a fleet."""
     fleet = read_fleet_status(
         broker, timeout_s=timeout_s, window_s=window_s, metrics_urls=metrics_urls
     )

@@ -18,6 +18,7 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from producer.board import JobBoard
 from producer.errors import BrokerUnavailableError, InvalidRolloutError
 from producer.job import Batch, GradingJob, OnDeadline, Progress
 from producer.settings import redact_url
@@ -184,6 +185,7 @@ class GradingClient:
         )
         self._items_ttl_s = max(DEFAULT_ITEMS_TTL_S, int(2 * (deadline_s or 0)))
         self._app = _producer_app(broker_url)
+        self._board = JobBoard(self._broker_redis)
 
     def __enter__(self) -> GradingClient:
         return self
@@ -258,6 +260,7 @@ class GradingClient:
             max_in_flight=self.max_batches_in_flight,
             lane=lane,
             on_deadline=self.on_deadline,
+            on_progress=self._board.update,
         )
         job.start()
         if self._metrics is not None:

@@ -152,6 +152,12 @@ class GradingJob:
             what `publish` raises (the broker is unreachable).
         """
         self._send_next(self._max_in_flight, raise_errors=True)
+        self._report()
+
+    @property
+    def done(self) -> int:
+        """Rollouts with a verdict so far (as of the last poll)."""
+        return self._done
 
     @property
     def in_flight(self) -> int:
@@ -189,6 +195,7 @@ class GradingJob:
                 continue
             if self._done >= self.total:
                 self._forget([self._done_key])
+                self._report()
                 return
             if self._deadline_passed(time.monotonic()):
                 self._ready = self._time_out_rest()
@@ -296,9 +303,12 @@ class GradingJob:
         self._send_next(self._max_in_flight - self._in_flight)
         if fresh and self._metrics is not None:
             self._metrics.results_received.inc(len(fresh))
-        if fresh and self._on_progress is not None:
-            self._on_progress(self)
+        self._report()
         return fresh
+
+    def _report(self) -> None:
+        if self._on_progress is not None:
+            self._on_progress(self)
 
     def _send_next(self, room: int, *, raise_errors: bool = False) -> None:
         """Publish up to `room` batches not sent yet, in input order."""

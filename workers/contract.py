@@ -31,7 +31,9 @@ __all__ = [
     "batch_to_wire",
     "detach_items",
     "items_reference",
+    "job_board_key",
     "job_done_key",
+    "job_entry_key",
     "result_to_wire",
     "results_from_wire",
 ]
@@ -63,6 +65,18 @@ def job_done_key(job_id: str) -> str:
     """A Redis list, next to the result keys, where a worker pushes a batch's id once
     its result is stored: the producer blocks on it (BLPOP) instead of polling."""
     return f"gradefleet:v1:done:{job_id}"
+
+
+def job_board_key() -> str:
+    """A Redis sorted set (broker): ids of jobs whose producer is watching them,
+    scored by submission time (`producer.board`)."""
+    return "gradefleet:v1:jobs"
+
+
+def job_entry_key(job_id: str) -> str:
+    """A Redis hash (broker): one job's lane and progress, for `gradefleet status`;
+    it expires unless its producer refreshes it (`producer.board`)."""
+    return f"gradefleet:v1:job:{job_id}"
 
 
 # Bounds that keep one message from exhausting a worker before grading even starts.

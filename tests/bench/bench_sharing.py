@@ -12,6 +12,8 @@ cache off: every rollout is graded). Each job runs in a producer process of its 
   [2] the sweep alone, and with interactive steps submitted while it runs: how much
       longer the sweep took against how long those steps take alone (target <= 1.0)
   [3] two equal bulk sweeps submitted 2 s apart: their wall times (target: within 20%)
+  [0] what a worker pays per batch for lanes: its BRPOP over both lanes' lists (8:
+      kombu's 4 priority steps each) against one queue's 4, and the queue cycle
 Every job's verdicts are compared with the same job graded alone (nothing lost,
 duplicated or changed).
 """
@@ -175,6 +177,55 @@ def _producer(broker_url: str, spec: JobSpec, conn: Connection) -> None:
     conn.send((spec.name, submitted, finished, len(verdicts), digest(verdicts)))
 
 
+def section_take_cost(redis_url: str, takes: int = 20_000) -> None:
+    """[0] One take as kombu's Redis channel does it: BRPOP over the queue lists in
+    the cycle's order, the message in the list that is asked last among the plain
+    lists (bulk); against one queue. Plus `LaneCycle.consume` + `rotate`."""
+    import redis
+
+    from workers.lanes import BULK, INTERACTIVE, LaneCycle, queue_for
+
+    client = redis.Redis.from_url(redis_url)
+    sep, steps = "\x06\x16", ("", "3", "6", "9")
+
+    def keys(queues: list[str]) -> list[str]:
+        return [q + (sep + p if p else "") for p in steps for q in queues]
+
+    def per_take_us(queues: list[str], target: str) -> float:
+        names = keys(queues)
+        started = time.perf_counter()
+        for _ in range(takes):
+            client.lpush(target, b"x")
+            client.brpop(names, timeout=1)
+        lpush_started = time.perf_counter()
+        for _ in range(takes):
+            client.lpush(target, b"x")
+        client.delete(target)
+        lpush_s = time.perf_counter() - lpush_started
+        return (lpush_started - started - lpush_s) / takes * 1e6
+
+    one = ["bench-one-queue"]
+    lanes = [queue_for(INTERACTIVE) + "-bench", queue_for(BULK) + "-bench"]
+    rounds = [
+        (per_take_us(one, one[0]), per_take_us(lanes, lanes[1])) for _ in range(3)
+    ]
+    one_us = statistics.median(r[0] for r in rounds)
+    lanes_us = statistics.median(r[1] for r in rounds)
+    cycle = LaneCycle()
+    cycle.update([queue_for(INTERACTIVE), queue_for(BULK)])
+    started = time.perf_counter()
+    for _ in range(takes):
+        cycle.rotate(cycle.consume(2)[0])
+    cycle_us = (time.perf_counter() - started) / takes * 1e6
+    client.close()
+    print(
+        f"[0] a worker's take (BRPOP, loopback Redis), median of 3 x {takes:,}: one "
+        f"queue (4 lists) {one_us:.1f} us; two lanes (8 lists, message in bulk's) "
+        f"{lanes_us:.1f} us: {lanes_us - one_us:+.1f} us per batch; LaneCycle "
+        f"consume+rotate {cycle_us:.2f} us"
+    )
+
+
 def check(run: JobRun, alone: JobRun, problems: list[str]) -> None:
     if run.graded != alone.graded or run.digest != alone.digest:
         problems.append(
@@ -265,12 +316,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", type=int, default=SWEEP_ROLLOUTS, help="rollouts")
     parser.add_argument("--steps", type=int, default=5, help="steps during [2]")
-    parser.add_argument("--only", choices=["1", "2", "3"], help="one section")
+    parser.add_argument("--only", choices=["0", "1", "2", "3"], help="one section")
     args = parser.parse_args(argv)
     sweep = JobSpec("sweep", args.sweep, "bulk")
     with tempfile.TemporaryDirectory() as tmp:
         fleet = Fleet(Path(tmp))
         try:
+            if args.only in (None, "0"):
+                section_take_cost(fleet.redis.url)
+            if args.only == "0":
+                return 0
             fleet.warm_up()
             step = JobSpec("step", STEP_ROLLOUTS, "interactive")
             step_alone = fleet.run([Planned(step)])["step"]

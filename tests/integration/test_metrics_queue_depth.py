@@ -36,9 +36,16 @@ def test_metrics_queue_depth_ready_priority_and_unacked(redis_server, redis_clie
         registry = CollectorRegistry()
         registry.register(QueueDepthCollector(redis_client, [QUEUE]))
         sample = registry.get_sample_value
-        assert sample("gradefleet_queue_depth", {"queue": QUEUE, "state": "ready"}) == 4
+        lane = {"lane": ""}  # a queue of no lane
         assert (
-            sample("gradefleet_queue_depth", {"queue": QUEUE, "state": "unacked"}) == 2
+            sample("gradefleet_queue_depth", {"queue": QUEUE, **lane, "state": "ready"})
+            == 4
+        )
+        assert (
+            sample(
+                "gradefleet_queue_depth", {"queue": QUEUE, **lane, "state": "unacked"}
+            )
+            == 2
         )
         assert sample("gradefleet_queue_depth_up") == 1.0
         # When both are acked, unacked drops to 0
