@@ -21,7 +21,7 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from workers.contract import MAX_TEXT_CHARS
+from workers.contract import text_error
 from workers.models import Status, Verdict
 
 __all__ = [
@@ -140,12 +140,8 @@ def _row(record: dict[str, Any], line_no: int) -> InputRow | LineError:
             line_no=line_no,
             reason=f"field {name!r} must be a string or number, not {kind}",
         )
-    longest = max(len(response), len(gold_text))
-    if longest > MAX_TEXT_CHARS:
-        return LineError(
-            line_no=line_no,
-            reason=f"text of {longest:,} characters (limit {MAX_TEXT_CHARS:,})",
-        )
+    if (error := text_error(response, gold_text)) is not None:
+        return LineError(line_no=line_no, reason=error)
     return InputRow(line_no=line_no, response=response, gold=gold_text, record=record)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workers.contract import job_board_key, job_entry_key
+from workers.protocol import job_board_key, job_entry_key
 
 if TYPE_CHECKING:  # `gradefleet status --help` must not load the Redis client
     import redis

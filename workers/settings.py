@@ -7,9 +7,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from workers.contract import MAX_AUTO_BATCH_SIZE
 from workers.errors import ConfigError
 from workers.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
+from workers.sizing import MAX_AUTO_BATCH_SIZE
 
 __all__ = ["WorkerSettings", "parse_lanes"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from producer.board import TTL_S, JobBoard, read_job_board
-from workers.contract import job_board_key, job_entry_key
+from workers.protocol import job_board_key, job_entry_key
 
 
 @dataclass
