@@ -41,7 +41,8 @@ class WorkerSettings:
             take tries the bulk lane first (bulk never starves).
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
-        test_hooks: enable the test-only magic responses (never in production).
+        test_hooks_path: a Python file whose `hooked_grade` replaces the verifier
+            in the sandbox: the test tree's misbehaving grader (never in production).
     """
 
     broker_url: str = DEFAULT_BROKER_URL
@@ -60,7 +61,7 @@ class WorkerSettings:
     bulk_every: int = DEFAULT_BULK_EVERY
     hostname: str | None = None
     loglevel: str = "INFO"
-    test_hooks: bool = False
+    test_hooks_path: str | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -124,7 +125,7 @@ class WorkerSettings:
             bulk_every=_int(env, "GRADEFLEET_BULK_EVERY", DEFAULT_BULK_EVERY),
             hostname=env.get("GRADEFLEET_HOSTNAME") or None,
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
-            test_hooks=env.get("GRADEFLEET_TEST_HOOKS", "") == "1",
+            test_hooks_path=env.get("GRADEFLEET_TEST_HOOKS") or None,
         )
 
 

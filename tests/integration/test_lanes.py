@@ -19,11 +19,11 @@ from click.testing import CliRunner
 from producer.cli import cli
 from producer.client import GradingClient, Rollout
 from producer.job import DEADLINE_REASON
+from tests.hooks import HANG
 from workers import verifier
 from workers.contract import batch_items_key
 from workers.lanes import BULK, INTERACTIVE, queue_for
 from workers.models import Status
-from workers.testhooks import HANG
 
 pytestmark = pytest.mark.integration
 
