@@ -95,3 +95,41 @@ def test_lanes_worker_settings_read_lanes_and_bulk_every_from_env():
         WorkerSettings(lanes=(INTERACTIVE, INTERACTIVE))
     with pytest.raises(ConfigError, match="bulk_every"):
         WorkerSettings(bulk_every=0)
+
+
+def test_lanes_library_callers_default_to_interactive_the_cli_to_bulk():
+    from producer.grader import Grader, open_grader, register_scheme
+    from producer.settings import ProducerSettings
+    from workers.models import GradeOptions
+
+    seen: list[str] = []
+
+    def factory(
+        url: str | None, options: GradeOptions, settings: ProducerSettings
+    ) -> Grader:
+        seen.append(settings.priority)
+        return open_grader(None, options=options, settings=settings)
+
+    register_scheme("lane-test", factory)
+    open_grader("lane-test://x").close()  # a program: interactive
+    open_grader("lane-test://x", settings=ProducerSettings()).close()  # the CLI's
+    assert seen == [INTERACTIVE, BULK]
+
+
+def test_lanes_client_and_cli_refuse_an_unknown_priority_before_connecting():
+    from click.testing import CliRunner
+
+    from producer.cli import cli
+    from producer.client import GradingClient
+
+    nowhere = "redis://127.0.0.1:1/0"  # never reached: the arguments fail first
+    with pytest.raises(ValueError, match="priority"):
+        GradingClient(nowhere, priority="urgent")
+    with pytest.raises(ValueError, match="max_batches_in_flight"):
+        GradingClient(nowhere, max_batches_in_flight=0)
+    with pytest.raises(ValueError, match="on_deadline"):
+        GradingClient(nowhere, on_deadline="ignore")  # type: ignore[arg-type]
+    args = ["grade", "-", "-o", "-", "--broker", nowhere, "--priority", "urgent"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "urgent" in result.output
