@@ -20,7 +20,6 @@ from kombu.exceptions import OperationalError
 from producer.errors import BrokerUnavailableError
 from producer.job import Batch, GradingJob, Progress
 from producer.rollouts import validate_rollouts
-from producer.settings import redact_url
 from workers.connections import RedisClients
 from workers.contract import (
     GRADE_BATCH,
@@ -32,6 +31,7 @@ from workers.contract import (
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.protocol import batch_items_key
 from workers.sizing import batch_size_for
+from workers.urls import connect_url, redact_url
 
 __all__ = [
     "BrokerUnavailableError",
@@ -107,6 +107,8 @@ class GradingClient:
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be ≥ 1")
+        broker_url = connect_url(broker_url)  # rediss:// defaults
+        result_backend = None if result_backend is None else connect_url(result_backend)
         self.broker_url = broker_url
         self.batch_size = batch_size
         self.deadline_s = deadline_s
