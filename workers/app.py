@@ -46,8 +46,8 @@ def _limit_remote_control() -> None:
 def _on_worker_init(**_: Any) -> None:
     # In the main process, before the pool forks: every prefork child then starts
     # with the verifier (SymPy) already imported and warm, in pages it shares with
-    # its siblings, instead of importing it again on its own (~0.5 s and ~40 MB
-    # each); frozen first, so no collection in a child touches (and copies) them.
+    # its siblings, instead of importing it again on its own (time and memory
+    # per child); frozen first, so no collection in a child touches (and copies) them.
     warm_up_verifier()
     gc.collect()
     gc.freeze()
@@ -60,7 +60,7 @@ def _on_process_init(**_: Any) -> None:
     warm_up_verifier()  # already done before the fork (a no-op then); else now
     # Move everything alive now (SymPy's and Celery's objects) out of the collector's
     # sight, as `childproc.fork_child` does for sandboxes and local workers: a full
-    # collection otherwise walks them all, ~0.1 s each, about once per 20 batches.
+    # collection otherwise walks them all, every few dozen batches.
     gc.collect()
     gc.freeze()
 

@@ -24,7 +24,7 @@ def test_worker_settings_defaults_from_empty_env():
     assert settings.max_attempts == 3
     assert settings.metrics_port == 0
     assert settings.metrics_addr == "127.0.0.1"  # loopback outside the image
-    assert settings.test_hooks is False
+    assert settings.test_hooks_path is None
 
 
 def test_worker_settings_read_every_variable():
@@ -41,7 +41,7 @@ def test_worker_settings_read_every_variable():
             "GRADEFLEET_METRICS_DIR": "/tmp/m",
             "GRADEFLEET_METRICS_ADDR": "0.0.0.0",
             "GRADEFLEET_MAX_ATTEMPTS": "5",
-            "GRADEFLEET_TEST_HOOKS": "1",
+            "GRADEFLEET_TEST_HOOKS": "/t/hooks.py",
         }
     )
     assert settings.backend_url == "redis://r:1/0"
@@ -51,7 +51,7 @@ def test_worker_settings_read_every_variable():
     assert (settings.metrics_port, settings.metrics_dir) == (9100, "/tmp/m")
     assert settings.metrics_addr == "0.0.0.0"
     assert settings.max_attempts == 5
-    assert settings.test_hooks is True
+    assert settings.test_hooks_path == "/t/hooks.py"
 
 
 @pytest.mark.parametrize(
