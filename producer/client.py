@@ -21,7 +21,6 @@ from producer.board import JobBoard
 from producer.errors import BrokerUnavailableError
 from producer.job import Batch, GradingJob, OnDeadline, Progress
 from producer.rollouts import validate_rollouts
-from producer.settings import redact_url
 from workers.connections import RedisClients
 from workers.contract import (
     GRADE_BATCH,
@@ -33,6 +32,7 @@ from workers.lanes import INTERACTIVE, Lane, parse_lane, queue_for
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.protocol import batch_items_key
 from workers.sizing import batch_size_for
+from workers.urls import connect_url, redact_url
 
 __all__ = [
     "BrokerUnavailableError",
@@ -132,6 +132,8 @@ class GradingClient:
         self.priority: Lane = parse_lane(priority)
         self.max_batches_in_flight = max_batches_in_flight
         self.on_deadline: OnDeadline = on_deadline
+        broker_url = connect_url(broker_url)  # rediss:// defaults
+        result_backend = None if result_backend is None else connect_url(result_backend)
         self.broker_url = broker_url
         self.batch_size = batch_size
         self.deadline_s = deadline_s

@@ -14,9 +14,9 @@ from typing import Any
 
 from producer.board import JobEntry, read_job_board
 from producer.errors import BrokerUnavailableError
-from producer.settings import redact_url
 from workers.contract import GRADE_BATCH
 from workers.lanes import LANE_QUEUES
+from workers.urls import redact_url
 
 __all__ = [
     "FleetStatus",
@@ -41,12 +41,11 @@ class WorkerStatus:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaneStatus:
-    """One priority lane: its broker queue and how many batches wait or run there."""
+    """One priority lane: its broker queue and how many batches wait there."""
 
     lane: str
     queue: str
     ready: int
-    unacked: int | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -110,6 +109,7 @@ class FleetStatus:
 
     broker: str
     lanes: tuple[LaneStatus, ...]
+    unacked: int | None  # delivered, not yet acknowledged: all lanes together
     workers: tuple[WorkerStatus, ...]
     batches_per_s: float | None
     window_s: float
@@ -134,12 +134,12 @@ class FleetStatus:
         rate = "n/a" if self.batches_per_s is None else f"{self.batches_per_s:.1f}"
         lines = [f"broker       {self.broker}"]
         for n, lane in enumerate(self.lanes):
-            unacked = "?" if lane.unacked is None else f"{lane.unacked:,}"
             head = "lanes" if n == 0 else ""
             lines.append(
-                f"{head:<13}{lane.lane:<12} {lane.queue}: {lane.ready:,} ready, "
-                f"{unacked} unacked"
+                f"{head:<13}{lane.lane:<12} {lane.queue}: {lane.ready:,} ready"
             )
+        unacked = "?" if self.unacked is None else f"{self.unacked:,}"
+        lines.append(f"             {unacked} unacked (being graded, all lanes)")
         lines += self._job_lines()
         lines.append(f"workers      {len(self.workers)} live")
         for w in self.workers:
@@ -183,7 +183,7 @@ class FleetStatus:
 
 def _lanes_and_jobs(
     broker_url: str, timeout_s: float
-) -> tuple[tuple[LaneStatus, ...], tuple[JobEntry, ...]]:
+) -> tuple[tuple[LaneStatus, ...], int, tuple[JobEntry, ...]]:
     import redis
 
     from workers.metrics import read_queue_depths
@@ -205,15 +205,10 @@ def _lanes_and_jobs(
     finally:
         client.close()
     lanes = tuple(
-        LaneStatus(
-            lane=lane,
-            queue=queue,
-            ready=depths[(queue, "ready")],
-            unacked=depths.get((queue, "unacked")),
-        )
+        LaneStatus(lane=lane, queue=queue, ready=depths.ready[queue])
         for lane, queue in LANE_QUEUES.items()
     )
-    return lanes, jobs
+    return lanes, depths.unacked, jobs
 
 
 def _worker(name: str, stats: dict[str, Any]) -> WorkerStatus:
@@ -285,7 +280,7 @@ def read_fleet_status(
     Raises:
         BrokerUnavailableError: Redis cannot be reached (checked first, quickly).
     """
-    lanes, jobs = _lanes_and_jobs(broker_url, timeout_s)
+    lanes, unacked, jobs = _lanes_and_jobs(broker_url, timeout_s)
     names, first, last = _observe(
         broker_url, metrics_urls, timeout_s=timeout_s, window_s=window_s
     )
@@ -299,6 +294,7 @@ def read_fleet_status(
     return FleetStatus(
         broker=redact_url(broker_url),
         lanes=lanes,
+        unacked=unacked,
         jobs=jobs,
         workers=workers,
         batches_per_s=_rate(done_before, done_after, elapsed_s) if names else None,

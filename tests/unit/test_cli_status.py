@@ -49,9 +49,10 @@ def test_cli_status_render_and_json() -> None:
     fleet = FleetStatus(
         broker="redis://h:6379/0",
         lanes=(
-            LaneStatus(lane="interactive", queue="gradefleet", ready=3, unacked=1),
-            LaneStatus(lane="bulk", queue="gradefleet.bulk", ready=40, unacked=1),
+            LaneStatus(lane="interactive", queue="gradefleet", ready=3),
+            LaneStatus(lane="bulk", queue="gradefleet.bulk", ready=40),
         ),
+        unacked=2,
         jobs=(
             JobEntry(
                 job_id="b" * 32,
@@ -81,8 +82,9 @@ def test_cli_status_render_and_json() -> None:
         sandbox_restarts=1,
     )
     text = fleet.render()
-    assert "lanes        interactive  gradefleet: 3 ready, 1 unacked" in text
-    assert "             bulk         gradefleet.bulk: 40 ready, 1 unacked" in text
+    assert "lanes        interactive  gradefleet: 3 ready" in text
+    assert "             bulk         gradefleet.bulk: 40 ready" in text
+    assert "             2 unacked (being graded, all lanes)" in text
     assert "jobs         2 running" in text
     # By lane, interactive first, with their progress
     interactive = text.index("  interactive  aaaaaaaaaaaa  2,048/8,192 rollouts (25%)")
@@ -102,24 +104,24 @@ def test_cli_status_render_and_json() -> None:
         "lane": "bulk",
         "queue": "gradefleet.bulk",
         "ready": 40,
-        "unacked": 1,
     }
+    assert data["unacked"] == 2
     assert [job["lane"] for job in data["jobs"]] == ["bulk", "interactive"]
 
 
 def test_cli_status_render_without_workers_or_metrics() -> None:
     fleet = FleetStatus(
         broker="redis://h:6379/0",
-        lanes=(
-            LaneStatus(lane="interactive", queue="gradefleet", ready=0, unacked=None),
-        ),
+        lanes=(LaneStatus(lane="interactive", queue="gradefleet", ready=0),),
+        unacked=None,
         workers=(),
         batches_per_s=None,
         window_s=1.0,
         metrics_errors=("http://h:9808/metrics: refused",),
     )
     text = fleet.render()
-    assert "0 ready, ? unacked" in text
+    assert "gradefleet: 0 ready" in text
+    assert "? unacked" in text
     assert "workers      0 live" in text
     assert "throughput   n/a" in text
     assert "metrics      unreachable: http://h:9808/metrics: refused" in text
