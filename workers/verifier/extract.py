@@ -2,7 +2,9 @@
 
 Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
 
-1. Text after an end-of-turn token (`<|im_end|>`, `<|im_start|>`...) is dropped.
+1. Text after an end-of-turn token (`<|im_end|>`, `<|im_start|>`...) is dropped, and
+   so is a run-on into a new turn (``User:`` after an ``</answer>``; then
+   ``format_valid`` is false).
    ``<think>``: only the text after the last ``</think>`` is searched. If nothing
    follows it, or the ``<think>`` is never closed, the whole text is searched and
    ``format_valid`` is false (the answer sits inside the reasoning).
@@ -61,6 +63,7 @@ _PROSE_METHODS = (
     ExtractionMethod.FINAL_ANSWER_PHRASE,
 )
 _END_OF_TURN = (*SPECIAL_TOKENS, "<|im_start|>", "<｜end▁of▁sentence｜>")
+_NEW_TURNS = ("\nUser:", "\nHuman:", "\nQuestion:")
 # Full-width and mathematical digits (and full-width . , / -) as ASCII, so that the
 # unmarked fallbacks, which scan for ASCII digits, see `１２３` (one linear pass).
 _WIDE_DIGITS = str.maketrans(
@@ -148,6 +151,10 @@ def extract_gold(gold: str) -> str | None:
 def _final_part(response: str) -> tuple[str, str]:
     """Drop `<think>` reasoning; return the text to search and a note if unusual."""
     response = _cut_at_end_of_turn(response)
+    run_on = _run_on_turn(response)
+    if run_on >= 0:
+        text, note = _final_part(response[:run_on])
+        return text, note or "run-on into a new turn after </answer>"
     close = response.rfind("</think>")
     if close >= 0:
         after = response[close + len("</think>") :]
@@ -167,6 +174,19 @@ def _cut_at_end_of_turn(response: str) -> str:
         if pos >= 0 and response[:pos].strip():
             cut = pos
     return response[:cut]
+
+
+def _run_on_turn(response: str) -> int:
+    """Offset of a new chat turn (`User:`) started after the first `</answer>`, or -1.
+
+    A base model that does not stop writes the next question and answers it: the
+    answer to this question is the one before the run-on.
+    """
+    close = response.find("</answer>")
+    if close < 0:
+        return -1
+    found = [response.find(turn, close) for turn in _NEW_TURNS]
+    return min((pos for pos in found if pos >= 0), default=-1)
 
 
 def _extract_from(text: str) -> Extraction:

@@ -47,6 +47,9 @@ _WRAPPERS = (
     ('"', '"'),
 )
 _TRAILING_PUNCT = ".,;:?。"  # not "!": 5! is a factorial
+# `\end{answer}` closing nothing (a model imitating a LaTeX answer environment).
+_RE_END_ENV = re.compile(r"\\end\s*\{([a-zA-Z*]{0,20})\}\Z")
+_RE_BEGIN_ENV = re.compile(r"\\begin\s*\{([a-zA-Z*]{0,20})\}")
 SPECIAL_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>")
 
 
@@ -173,14 +176,20 @@ def _next_box(text: str, pos: int) -> tuple[int, ExtractionMethod]:
 
 
 def answer_tag(text: str) -> tuple[str, int] | None:
-    """Content and end offset of the last complete `<answer>...</answer>`."""
+    """Content and end offset of the last complete `<answer>...</answer>`.
+
+    The content ends at the first `</answer>` after the last `<answer>` that has
+    one: what follows a closed answer (`... </answer> 7 * 2 = 14 </answer>`) is not
+    part of it.
+    """
     close = text.rfind("</answer>")
     if close < 0:
         return None
     open_ = text.rfind("<answer>", 0, close)
     if open_ < 0:
         return None
-    return text[open_ + len("<answer>") : close], close + len("</answer>")
+    first_close = text.find("</answer>", open_)
+    return text[open_ + len("<answer>") : first_close], first_close + len("</answer>")
 
 
 def clean(answer: str) -> str | None:
@@ -194,7 +203,7 @@ def clean(answer: str) -> str | None:
         for opener, closer in _WRAPPERS:
             if _wrapped(text, opener, closer):
                 text = text[len(opener) : len(text) - len(closer)].strip()
-        text = _strip_unpaired_delimiters(text)
+        text = _strip_unpaired_delimiters(_strip_fragments(text))
         if text == before:
             break
     return text or None
@@ -214,6 +223,22 @@ def _wrapped(text: str, opener: str, closer: str) -> bool:
     if not (text.startswith(opener) and text.endswith(closer)):
         return False
     return opener not in text[len(opener) : len(text) - len(closer)]
+
+
+def _strip_fragments(text: str) -> str:
+    """Drop a stray trailing `\\` or `\\\\` and a `\\begin{..}`/`\\end{..}` that pairs
+    with nothing (`25 \\`, `120 \\end{answer} \\`); a matrix keeps its environment."""
+    if text.endswith("\\"):
+        text = text[:-1].rstrip()
+        if text.endswith("\\"):  # `\\\\` at the very end: a line break, not a command
+            text = text[:-1].rstrip()
+    match = _RE_END_ENV.search(text)
+    if match is not None and f"\\begin{{{match.group(1)}}}" not in text:
+        text = text[: match.start()].rstrip()
+    match = _RE_BEGIN_ENV.match(text)
+    if match is not None and f"\\end{{{match.group(1)}}}" not in text:
+        text = text[match.end() :].lstrip()
+    return text
 
 
 def _strip_unpaired_delimiters(text: str) -> str:

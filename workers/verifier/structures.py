@@ -31,14 +31,15 @@ def is_choice(node: Node) -> bool:
 
 
 def is_label(node: Node) -> bool:
-    """Whether `node` names a quantity (``x``, ``a_3``, ``f(x)``, ``|AB|``, ``A:B``).
+    """Whether `node` names a quantity (``x``, ``a_3``, ``f(x)``, ``|AB|``, ``A:B``,
+    ``\\binom{n}{k}``).
 
     A label holds no numbers and no sums: ``2x + z`` or ``a^2`` are not labels, so
     ``2x + z = 1`` is a real equation, not "the answer is 1".
     """
     if node.kind in {"sym", "call"}:
         return node.text not in {"pi", "oo"}
-    if node.kind in {"abs", "ratio", "mul", "div", "pair", "tuple"}:
+    if node.kind in {"abs", "ratio", "mul", "div", "pair", "tuple", "binom"}:
         return all(is_label(k) for k in node.kids)
     return False
 
