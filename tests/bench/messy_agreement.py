@@ -9,7 +9,7 @@ GSM8K (5,276). Columns count our verdict against the set's own label (TP: both
 correct, FN: label correct and ours not, FP: ours correct and label not, TN: both not;
 rows with a null label are counted apart as `null->ok` / `null->no`). `recall` is
 TP / (TP + FN) and `precision` TP / (TP + FP) against the raw labels; the `adj`
-columns use the reviewed disagreements in `real_output_disagreements.json` (where a
+columns use the reviewed lists in `tests/unit/verifier/*_disagreements.json` (where a
 review says ours is right, the truth is ours) so the remaining misses are real.
 `--math-verify` adds the same counts for Math-Verify; `--show PREFIX` prints our
 disagreements with the label (and every null-label row we grade correct) for that
@@ -28,7 +28,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT / "tests" / "data"
-REVIEWED_PATH = ROOT / "tests" / "unit" / "verifier" / "real_output_disagreements.json"
+REVIEWED_PATHS = [
+    ROOT / "tests" / "unit" / "verifier" / name
+    for name in ("real_output_disagreements.json", "messy_dev_disagreements.json")
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +154,11 @@ HEADER = (
 def reviewed_truth() -> dict[str, bool]:
     """The adjudicated truth of every reviewed row (absent rows: the label holds)."""
     truth: dict[str, bool] = {}
-    for entry in json.loads(REVIEWED_PATH.read_text(encoding="utf-8")):
+    entries = []
+    for path in REVIEWED_PATHS:
+        if path.exists():
+            entries.extend(json.loads(path.read_text(encoding="utf-8")))
+    for entry in entries:
         ours_value, label = bool(entry["ours"]), entry["label"]
         if entry["right"] == "ours":
             truth[str(entry["id"])] = ours_value

@@ -4,7 +4,8 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
 
 1. Text after an end-of-turn token (`<|im_end|>`, `<|im_start|>`...) is dropped, and
    so is a run-on into a new turn (``User:`` after an ``</answer>``; then
-   ``format_valid`` is false).
+   ``format_valid`` is false). More than `MAX_RUN_ON_CHARS` of text after the final
+   box or tag also makes ``format_valid`` false (the answer stands).
    ``<think>``: only the text after the last ``</think>`` is searched. If nothing
    follows it, or the ``<think>`` is never closed, the whole text is searched and
    ``format_valid`` is false (the answer sits inside the reasoning).
@@ -55,6 +56,9 @@ from workers.verifier.spans import (
 
 __all__ = ["Extraction", "extract_answer", "extract_gold"]
 
+# More text than this (not counting whitespace) after the final answer's marker is a
+# run-on (a new question, rambling): `format_valid` is then false.
+MAX_RUN_ON_CHARS = 1_000
 # A gold longer than this without any answer marker is not read as a bare answer.
 MAX_BARE_GOLD_CHARS = 2_000
 
@@ -196,7 +200,7 @@ def _extract_from(text: str) -> Extraction:
     tag = answer_tag(text)
     line = answer_line(text, allow_gsm8k=True)
     if tag is not None and tag[1] > box_end:
-        found = _from_tag(tag[0])
+        found = _run_on_after(_from_tag(tag[0]), text, tag[1])
     elif line is not None and line[1] >= box_end:
         # An answer line after the last box is the model's final word on it.
         found = Extraction(
@@ -206,7 +210,7 @@ def _extract_from(text: str) -> Extraction:
             reason="answer line",
         )
     elif valid_box is not None:
-        return _from_box(valid_box, text)
+        return _run_on_after(_from_box(valid_box, text), text, valid_box.end)
     else:
         found = _fallbacks(text)
     if box is not None and box.problem:
@@ -218,6 +222,22 @@ def _extract_from(text: str) -> Extraction:
             reason=f"{note}; {found.reason}",
         )
     return found
+
+
+def _run_on_after(found: Extraction, text: str, end: int) -> Extraction:
+    """`format_valid` false when a long run-on follows the answer's marker (a new
+    question, rambling): the answer stands, but the response did not end with it."""
+    if not found.format_valid or len(text) - end <= MAX_RUN_ON_CHARS:
+        return found
+    trailing = len("".join(text[end:].split()))
+    if trailing <= MAX_RUN_ON_CHARS:
+        return found
+    return Extraction(
+        answer=found.answer,
+        method=found.method,
+        format_valid=False,
+        reason=f"{found.reason}; followed by {trailing} characters of run-on text",
+    )
 
 
 def _from_box(box: Box, text: str) -> Extraction:

@@ -31,8 +31,12 @@ __all__ = [
 
 # Longest "the answer is ..." tail kept (a sentence, not a paragraph).
 MAX_PHRASE_CHARS = 200
+# Phrases that judge the answer (`our answer is correct`) skipped before giving up.
+MAX_PHRASE_TRIES = 5
 # At most this much text, with no digits, may follow a closing math span.
 MAX_CLOSING_TAIL_CHARS = 60
+# A response ending in this much text without a digit commits to no number.
+MAX_UNCOMMITTED_CHARS = 300
 # Tries to find a last number not glued to a word (`H2O`) before giving up.
 MAX_NUMBER_TRIES = 20
 # Escaped dollars (`\$5`) skipped while looking for a math span's `$`.
@@ -65,6 +69,11 @@ _DENIED = re.compile(
 )
 _BARE_WORDS = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi"})
 _PHRASES = ("final answer is", "answer is", "result is")
+_JUDGEMENT = re.compile(
+    r"(?:correct|right|wrong|incorrect|reasonable|valid|plausible|consistent|verified)"
+    r"\b",
+    re.IGNORECASE,
+)
 _MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _OUTPUT_FENCE = "```output"
 _NUMBER_CHARS = "0123456789.,/"
@@ -153,17 +162,27 @@ def _line_content(rest: str) -> str | None:
 
 
 def phrase_answer(text: str) -> str | None:
-    """The answer after the last "the final answer is" / "answer is" / "result is"."""
+    """The answer after the last "the final answer is" / "answer is" / "result is".
+
+    A verdict on the answer (`we can see that our answer is correct`) is no answer:
+    the phrase before it is looked for instead.
+    """
     lowered = text.lower()
-    best, best_len = -1, 0
-    for phrase in _PHRASES:
-        pos = lowered.rfind(phrase)
-        if pos > best:
-            best, best_len = pos, len(phrase)
-    if best < 0:
-        return None
-    tail = text[best + best_len : best + best_len + MAX_PHRASE_CHARS].lstrip(" :\t")
-    return clean(_first_sentence(tail))
+    end = len(text)
+    for _ in range(MAX_PHRASE_TRIES):
+        best, best_len = -1, 0
+        for phrase in _PHRASES:
+            pos = lowered.rfind(phrase, 0, end)
+            if pos > best:
+                best, best_len = pos, len(phrase)
+        if best < 0:
+            return None
+        start = best + best_len
+        tail = text[start : start + MAX_PHRASE_CHARS].lstrip(" :\t")
+        if _JUDGEMENT.match(tail) is None:
+            return clean(_first_sentence(tail))
+        end = best
+    return None
 
 
 def _first_sentence(tail: str) -> str:
@@ -305,10 +324,25 @@ def output_block(text: str) -> str | None:
     return clean(body)
 
 
+def _committed(finder: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """`finder`, applied only when a digit sits near the end of the text: a response
+    that trails off into `MAX_UNCOMMITTED_CHARS` of number-free prose committed to no
+    value, and a number found far back in it is an accident, not an answer."""
+
+    def committed(text: str) -> str | None:
+        tail = text[-MAX_UNCOMMITTED_CHARS:]
+        if len(text) > len(tail) and not any(d in tail for d in _DIGITS):
+            return None
+        return finder(text)
+
+    committed.__name__ = finder.__name__
+    return committed
+
+
 UNMARKED_FINDERS: tuple[tuple[Callable[[str], str | None], str], ...] = (
     (closing_math, "closing math span"),
     (bare_answer, "bare answer"),
-    (final_sentence, "final sentence"),
-    (output_block, "last output block"),
-    (last_number, "last number"),
+    (_committed(final_sentence), "final sentence"),
+    (_committed(output_block), "last output block"),
+    (_committed(last_number), "last number"),
 )

@@ -13,7 +13,8 @@ value (questions skipped):
    `twenty-one`; not "one", mostly an article: "one pack of gum") and math spans
    holding a digit or a command (`$14\\frac{4}{7}$`). Label-like numbers are not
    values: `#3`, `week 3`, `Step 2`, `3rd`, `10-year-old`, `the first two weeks`,
-   `more than 16`.
+   `more than 16`, and a number word after a determiner (`the two farms`). Remarks are
+   dropped first: a parenthetical holding words and a `because`/`since` clause.
 3. One value: that value (units and words around it are dropped: `The bakery sold 14
    loaves.` gives 14).
 4. Several: the one value after the last `=`, `\\approx` or copula (`is`, `are`, `was`,
@@ -94,6 +95,12 @@ _MATH_WORDS = frozenset(
      "km", "kg", "mg", "ft", "yd", "mi", "hr", "ml", "pt", "in", "oz", "lb", "lbs"}
 )  # fmt: skip
 _END = re.compile(r"[.!?](?=\s|\Z)|\n")
+_REMARK = re.compile(r"(?<!\\)\((?=[^()\\]*[A-Za-z]{3})[^()\\]{0,300}\)")
+_BECAUSE = re.compile(r"\b(?:because|since)\b", re.IGNORECASE)
+# "the two farms", "both three-digit numbers": a number word naming a group
+_DETERMINERS = re.compile(
+    r"\b(?:the|these|those|both|all|its|their)\s+\Z", re.IGNORECASE
+)
 # An operator after the last value with no operand after it (`... to get 8 + )`).
 _DANGLING = re.compile(r"\s*[-+*/×÷=]\s*(?![\s\w$(\\])")
 _WORD_BEFORE = re.compile(r"\b([A-Za-z]+)[ \t]+\Z")
@@ -123,9 +130,10 @@ def read_sentence(span: str) -> Reading:
     """Apply the sentence policy (module docstring) to a prose answer span."""
     if len(span) > MAX_SENTENCE_SPAN_CHARS:
         return Reading(None, f"prose answer longer than {MAX_SENTENCE_SPAN_CHARS}")
-    for sentence in reversed(_sentences(span)):
-        if sentence.rstrip().endswith("?"):
+    for whole in reversed(_sentences(span)):
+        if whole.rstrip().endswith("?"):
             continue
+        sentence = _main_clause(whole)
         values = _values(sentence)
         if not values:
             continue
@@ -137,6 +145,16 @@ def read_sentence(span: str) -> Reading:
             return Reading(values[0].text)
         return _asserted(sentence, values)
     return Reading(None)
+
+
+def _main_clause(sentence: str) -> str:
+    """The sentence without its remarks: a parenthetical holding words (`2 (the primes
+    are 23 and 29)`) and a `because`/`since` clause after a value are explanations."""
+    sentence = _REMARK.sub(" ", sentence)
+    match = _BECAUSE.search(sentence)
+    if match is not None and _VALUE.search(sentence, 0, match.start()) is not None:
+        return sentence[: match.start()]
+    return sentence
 
 
 def _asserted(sentence: str, values: list[_Value]) -> Reading:
@@ -240,6 +258,8 @@ def _is_label(sentence: str, start: int, end: int) -> bool:
 
 
 def _word_value(sentence: str, match: re.Match[str]) -> str | None:
+    if _DETERMINERS.search(sentence, max(0, match.start() - 12), match.start()):
+        return None
     parts = match.group().lower().split("-")
     value = 0
     for part in parts:

@@ -50,6 +50,8 @@ _TRAILING_PUNCT = ".,;:?。"  # not "!": 5! is a factorial
 # `\end{answer}` closing nothing (a model imitating a LaTeX answer environment).
 _RE_END_ENV = re.compile(r"\\end\s*\{([a-zA-Z*]{0,20})\}\Z")
 _RE_BEGIN_ENV = re.compile(r"\\begin\s*\{([a-zA-Z*]{0,20})\}")
+# Zero-width characters around an answer are padding (inside it they refuse it).
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff"
 SPECIAL_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>")
 
 
@@ -106,8 +108,22 @@ def is_alnum_at(text: str, index: int) -> bool:
 
 def read_group(text: str, start: int, method: ExtractionMethod) -> Box:
     """Match the brace group whose content starts at `start`; skip escaped braces."""
-    depth = 1
     limit = min(len(text), start + MAX_BOX_SCAN_CHARS)
+    if text.find("}", start, limit) >= 0:
+        closed = _scan_group(text, start, limit, method)
+        if closed is not None:
+            return closed
+    if limit < len(text):
+        # Not truncated, just enormous: hand it on so the comparison refuses it.
+        return Box(content=text[start:limit], method=method, end=limit)
+    return Box(content=None, method=method, end=len(text), problem="truncated")
+
+
+def _scan_group(
+    text: str, start: int, limit: int, method: ExtractionMethod
+) -> Box | None:
+    """The group closed before `limit`, or None (`read_group` decides what that is)."""
+    depth = 1
     for token in _BRACE_TOKEN.finditer(text, start, limit):
         char = token.group()
         if char == "{":
@@ -117,10 +133,7 @@ def read_group(text: str, start: int, method: ExtractionMethod) -> Box:
             if depth == 0:
                 content = clean(text[start : token.start()])
                 return Box(content=content, method=method, end=token.end())
-    if limit < len(text):
-        # Not truncated, just enormous: hand it on so the comparison refuses it.
-        return Box(content=text[start:limit], method=method, end=limit)
-    return Box(content=None, method=method, end=len(text), problem="truncated")
+    return None
 
 
 def box_list(text: str) -> str | None:
@@ -194,7 +207,7 @@ def answer_tag(text: str) -> tuple[str, int] | None:
 
 def clean(answer: str) -> str | None:
     """Strip whitespace, math delimiters and trailing punctuation; None if empty."""
-    text = answer.strip()
+    text = answer.strip().strip(_INVISIBLE).strip()
     for _ in range(8):
         before = text
         for token in SPECIAL_TOKENS:
@@ -232,6 +245,8 @@ def _strip_fragments(text: str) -> str:
         text = text[:-1].rstrip()
         if text.endswith("\\"):  # `\\\\` at the very end: a line break, not a command
             text = text[:-1].rstrip()
+    if text.endswith("}") and text.count("}") > text.count("{"):
+        text = text[:-1].rstrip()  # `6.}`: a brace closing nothing
     match = _RE_END_ENV.search(text)
     if match is not None and f"\\begin{{{match.group(1)}}}" not in text:
         text = text[: match.start()].rstrip()
