@@ -131,3 +131,25 @@ def test_cli_grade_deadline_without_workers_exits_6(
     assert "deadline passed" in result.stderr
     assert "missing indexes: 0" in result.stderr
     assert not out.exists()
+
+
+def test_cli_fleet_grade_lone_surrogate_is_escaped_and_every_line_kept(
+    workers: Any, redis_server: str, tmp_path: Path
+) -> None:
+    # Given the line of issue 13 (a lone surrogate escaped in the input JSON)
+    workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S)
+    source = tmp_path / "in.jsonl"
+    good = '{"response":"\\\\boxed{1}","gold":"1"}\n'
+    bad = '{"response":"so \\\\boxed{\\ud800}","gold":"1"}\n'
+    source.write_text(good + bad + good, encoding="ascii")
+    out = tmp_path / "out.jsonl"
+    # When graded on the fleet
+    result = CliRunner().invoke(
+        cli, ["grade", str(source), "-o", str(out), "--broker", redis_server]
+    )
+    # Then every line is written, the surrogate kept as its JSON escape
+    assert result.exit_code == 0, result.output
+    graded = _read_jsonl(out)
+    assert [g[LINE_FIELD] for g in graded] == [1, 2, 3]
+    assert graded[1]["response"] == "so \\boxed{\ud800}"
+    assert [g["correct"] for g in graded] == [True, False, True]
