@@ -2,6 +2,23 @@
 
 SymPy is imported lazily, only for answers that exact rational arithmetic and structure
 cannot decide; integers, decimals and fractions never touch it.
+
+Pipeline: `extract` (find the answer span) -> `pipeline` (bounds, `normalize`,
+`tokens`, `parse`; prose through `sentences`) -> `decide` -> `compare` (with
+`relations`, `structures`, `rounding`, `values`, `symbolic`).
+
+Adding an answer type (a new `Node` kind):
+1. Add the kind to `nodes.NodeKind` (mypy then checks every `Node(...)` and every
+   `node.kind == ...`; `test_node_kinds` checks the sets compared against `.kind`).
+2. Tokens and grammar: whitelist its commands in `tokens.py`, build it in
+   `parse_atoms.py` (an atom) or `parse.py` (an operator level), with its bounds.
+3. Canonical form: `nodes.render` must stay injective (a distinct head or text).
+4. Value and comparison: exact value in `values.exact_value` (or None), SymPy form in
+   `symbolic.to_sympy` if it can reach SymPy, and its place in `compare._Comparer.node`
+   (structure, relation, scalar) with its policy written in that module's docstring.
+5. Tests: equivalent and non-equivalent forms (`test_compare.py`), near misses in the
+   red-team table, hostile inputs (`test_hostile.py`), and bump
+   `version.VERIFIER_REVISION` (verdicts change, cached results must not be reused).
 """
 
 from __future__ import annotations

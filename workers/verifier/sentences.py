@@ -88,8 +88,9 @@ _VALUE = re.compile(
     rf"|(?P<word>\b(?:{_NUMBER_WORD})(?:-(?:{'|'.join(_ONES)}))?\b)",
     re.IGNORECASE,
 )
-# Three letters or more: `dx`, `cm`, `of` alone do not make math into prose.
-_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
+# Three letters or more: `dx`, `cm`, `of` alone do not make math into prose, nor do
+# code identifiers (`total_cost`, `__name__`).
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z_])[A-Za-z]{3,}(?![A-Za-z_])")
 _MATH_WORDS = frozenset(
     {"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi", "or", "and", "cm", "mm",
      "km", "kg", "mg", "ft", "yd", "mi", "hr", "ml", "pt", "in", "oz", "lb", "lbs"}

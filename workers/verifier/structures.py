@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
-from workers.verifier.nodes import Node, Refused, render
+from workers.verifier.nodes import Node, NodeKind, Refused, render
 
 __all__ = [
     "MAX_PARTS",
@@ -90,7 +90,7 @@ def regroup_assignments(node: Node) -> Node:
         return node
     if labels != labels[:size] * (len(labels) // size):
         return node
-    kind = "pair" if size == 2 else "tuple"
+    kind: NodeKind = "pair" if size == 2 else "tuple"
     values = [value for _, value in pairs]
     groups = (tuple(values[i : i + size]) for i in range(0, len(values), size))
     return Node("list", tuple(Node(kind, group) for group in groups))
