@@ -22,6 +22,7 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from workers import models
 from workers.contract import text_error
 from workers.models import Status, Verdict
 
@@ -54,16 +55,11 @@ GOLD_FIELDS = (
     "expected_answer",
     "reward_model.ground_truth",  # verl's nested layout
 )
-VERDICT_FIELDS = (
-    "correct",
-    "status",
-    "format_valid",
-    "extracted",
-    "extraction_method",
-    "verify_method",
-    "reason",
-    "grader_version",
-    "cached",
+# The verdict fields written to each output line (the canonical forms stay internal).
+VERDICT_FIELDS = tuple(
+    name
+    for name in models.VERDICT_FIELDS
+    if name not in {"canonical_pred", "canonical_gold"}
 )
 LINE_FIELD = "gradefleet_line"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from click.testing import CliRunner
 from producer.batching import LINE_FIELD
 from producer.cli import cli
 from producer.client import GradingClient
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +27,6 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _without_cached(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k != "cached"} for r in records]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _status(redis_url: str, *extra: str) -> dict[str, Any]:
@@ -87,7 +80,7 @@ def test_cli_status_shows_queue_depth_and_live_workers(
         queued = _status(redis_server)
         assert queued["ready"] == before["ready"] + 5
         # And once a worker runs, it is listed live and the queue drains
-        port = _free_port()
+        port = free_port()
         env = {"GRADEFLEET_METRICS_PORT": str(port)}
         workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S, extra_env=env)
         verdicts = job.results()
