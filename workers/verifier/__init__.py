@@ -23,6 +23,7 @@ Adding an answer type (a new `Node` kind):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -209,7 +210,21 @@ def grade(response: str, gold: str, *, options: GradeOptions | None = None) -> V
         >>> (v.correct, v.status.value, v.verify_method.value, v.format_valid)
         (True, 'correct', 'numeric', True)
     """
-    return decide(prepare(response, gold, options=options), options=options)
+    verdict = decide(prepare(response, gold, options=options), options=options)
+    return _identical_never_wrong(verdict, response, gold)
+
+
+def _identical_never_wrong(verdict: Verdict, answer: str, gold: str) -> Verdict:
+    """The same text, read once as an answer (markers, fallbacks) and once as a gold
+    (its own extraction), can give two answers: identical text is then a refusal,
+    never `wrong`."""
+    if verdict.status is not Status.WRONG or answer.strip() != gold.strip():
+        return verdict
+    return dataclasses.replace(
+        verdict,
+        status=Status.UNSUPPORTED,
+        reason=f"identical text read as two answers ({verdict.reason})",
+    )
 
 
 def grade_answer(
@@ -232,4 +247,4 @@ def grade_answer(
         prepared = _prepared(text or None, method, bool(text), reason, gold)
     except Exception as exc:  # a grader bug becomes an `error` verdict, never a crash
         prepared = _broken(exc)
-    return decide(prepared, options=options)
+    return _identical_never_wrong(decide(prepared, options=options), answer, gold)

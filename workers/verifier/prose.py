@@ -53,7 +53,7 @@ _ANSWER_LINE = re.compile(
 _ANSWER_HEADING = re.compile(r"[\s>*#_]*final\s+answer[\s*_:：]*", re.IGNORECASE)
 # `A: 18`, or `#### 18` (GSM8K's own answer line; a `#### Step 2` heading is not one).
 _GSM8K_LINE = re.compile(
-    r"[ \t]*(?:A[ \t]*:|####(?!#)(?=[ \t]*[-+$\\.\d(]))[ \t]*(?P<rest>.+)", re.DOTALL
+    r"[ \t]*(?:A[ \t]*:|####(?!#)(?=[ \t]*[-+$\\.\d(|]))[ \t]*(?P<rest>.+)", re.DOTALL
 )
 _NEXT_LINE = re.compile(r"\s*(\S[^\n]*)")
 # Letter runs allowed in a bare answer; any other run of two or more letters that is

@@ -1,4 +1,5 @@
-"""Seed 001's 24 fixed cases: 6 normalization, 10 verification, 8 end-to-end.
+"""Answer and format as separate verdict fields: seed 001's 24 fixed cases (6
+normalization, 10 verification, 8 end-to-end).
 
 The seed judges answer and format separately: `correct` and `format_valid` are two
 fields, and "no answer" is distinct from "an answer we do not support".
