@@ -27,6 +27,7 @@ from producer.batching import (
     read_rows,
 )
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
+from producer.serve_cli import serve
 from producer.settings import ProducerSettings, default_cache_dir
 from producer.status import read_fleet_status
 from workers.errors import GraderError
@@ -396,6 +397,9 @@ def status(
         broker, timeout_s=timeout_s, window_s=window_s, metrics_urls=metrics_urls
     )
     click.echo(fleet.to_json() if as_json else fleet.render())
+
+
+cli.add_command(serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
