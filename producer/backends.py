@@ -262,7 +262,7 @@ class FleetBackend:
         """Wake on any job's done list, poll all jobs, resolve the finished ones."""
         import redis.asyncio as aioredis
 
-        from workers.contract import job_done_key
+        from workers.protocol import job_done_key
 
         assert self._wake is not None
         if self._aredis is None:

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from producer.cli import cli
 from producer.client import GradingClient
 from producer.grading import CoalescingGrader
+from tests.hooks import HANG
 from tests.serve_procs import ServeProcess, post_json_many, start_serve
 from workers.models import Verdict
-from workers.testhooks import HANG
 
 pytestmark = pytest.mark.integration
 
@@ -361,3 +361,22 @@ def test_ten_thousand_concurrent_requests_keep_memory_bounded(
     text = httpx.get(service.url + "/metrics").text
     assert _metric(text, "gradefleet_service_backlog_rollouts") == 0.0
     assert _metric(text, "gradefleet_http_requests_in_flight") == 1.0
+
+
+def test_one_seam_three_transports_identical_verdicts(
+    service: ServeProcess, redis_server: str, tmp_path: Path
+) -> None:
+    from producer.grader import open_grader
+    from producer.settings import ProducerSettings
+    from workers.models import Rollout
+
+    rollouts = [Rollout(r["response"], r["gold"]) for r in real_rollouts(150)]
+    settings = ProducerSettings(processes=1, cache_dir=None)
+    seen = {}
+    for url in (None, redis_server, service.url):
+        progress: list[int] = []
+        with open_grader(url, settings=settings) as grader:
+            verdicts = grader.grade(rollouts, on_progress=progress.append)
+        assert sum(progress) == len(rollouts)
+        seen[url] = [comparable(v) for v in verdicts]
+    assert seen[None] == seen[redis_server] == seen[service.url]
