@@ -28,6 +28,7 @@ from producer.batching import (
 )
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
 from producer.grader import Grader, open_grader
+from producer.serve_cli import serve
 from producer.settings import ProducerSettings, default_cache_dir
 from producer.status import read_fleet_status
 from workers.errors import ConfigError, GraderError
@@ -379,6 +380,9 @@ def status(
         metrics_urls=metrics_urls,
     )
     click.echo(fleet.to_json() if as_json else fleet.render())
+
+
+cli.add_command(serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
