@@ -9,44 +9,45 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 
-from producer.batching import (
-    InputRow,
-    LineError,
-    Summary,
-    atomic_output,
-    chunked,
-    dump_line,
-    graded_record,
-    read_rows,
-)
+from producer.batching import InputRow
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
+from producer.fields import FieldSpec, alias_table_text
+from producer.report_cli import (
+    audit,
+    check_broker_url,
+    check_output_path,
+    diff,
+    report,
+    response_gold_options,
+    write_grade_report,
+)
 from producer.settings import ProducerSettings, default_cache_dir
+from producer.signals import exit_on_signals
 from producer.status import read_fleet_status
+from producer.sweep import (
+    GradeRows,
+    Progress,
+    deadline_error,
+    deadline_verdict,
+    grade_file,
+)
+from producer.watchdog import NoWorkerWatch
+from workers import __version__
 from workers.errors import GraderError
 from workers.models import GradeOptions, Verdict
 
-if TYPE_CHECKING:
-    from click._termui_impl import ProgressBar
-
 __all__ = ["cli", "main"]
 
-# Rows read and graded per round: bounds memory on huge files while keeping thousands
-# of batches in flight, so the pool or fleet stays busy.
-CHUNK_ROWS = 20_000
 # Embedded mode's batch: the local pool's parent hands each process this many at once.
 LOCAL_BATCH_SIZE = 64
-MAX_ERRORS_SHOWN = 20
 _DEFAULTS = ProducerSettings()
-
-Progress = Callable[[int], None]
-GradeRows = Callable[[Sequence[InputRow], Progress], list[Verdict]]
 
 
 class _CliGroup(click.Group):
@@ -69,6 +70,7 @@ def _exit_one_line(ctx: click.Context, exc: BaseException, exit_code: int) -> No
 
 
 @click.group(cls=_CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="gradefleet")
 def cli() -> None:
     """Grade LLM math rollouts: locally (embedded mode) or on a Celery fleet."""
 
@@ -116,100 +118,32 @@ def _fleet(settings: ProducerSettings, options: GradeOptions) -> Iterator[GradeR
     )
 
     def grade(rows: Sequence[InputRow], on_progress: Progress) -> list[Verdict]:
-        # --deadline-s bounds the whole command, so each chunk gets what is left.
+        # --deadline-s bounds the whole command, so each chunk gets what is left;
+        # what has not arrived by then is written as a `timeout` stand-in.
         left_s = settings.deadline_s - (time.monotonic() - started_s)
         if left_s <= 0:
-            raise DeadlinePassedError(f"deadline of {settings.deadline_s:g} s passed")
+            on_progress(len(rows))
+            return [deadline_verdict()] * len(rows)
         rollouts = [{"response": row.response, "gold": row.gold} for row in rows]
         job = client.submit(rollouts, deadline_s=left_s)
         verdicts: list[Verdict | None] = [None] * len(rows)
-        for index, verdict in job.as_completed():
-            verdicts[index] = verdict
-            on_progress(1)
-        # as_completed() ends only once every index has a verdict (else it raises).
-        return [v for v in verdicts if v is not None]
+        try:
+            for index, verdict in job.as_completed():
+                verdicts[index] = verdict
+                watch.progress()
+                on_progress(1)
+        except DeadlinePassedError:
+            on_progress(sum(v is None for v in verdicts))
+        return [deadline_verdict() if v is None else v for v in verdicts]
 
-    with client:
+    with client, NoWorkerWatch(settings.broker_url) as watch:
         yield grade
 
 
-def _count_rows(path: str) -> int | None:
-    """Non-blank lines of a regular file (the progress bar's length), else None."""
-    if path == "-" or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
-@contextmanager
-def _progress(total: int | None, enabled: bool) -> Iterator[Progress]:
-    if not enabled:
-        yield lambda _n: None
-        return
-    bar: ProgressBar[int] = click.progressbar(
-        length=total, label="grading", file=sys.stderr, show_pos=True, width=30
-    )
-    with bar:
-        yield bar.update
-
-
-@contextmanager
-def _open_input(path: str) -> Iterator[IO[bytes]]:
-    if path == "-":
-        yield sys.stdin.buffer
-        return
-    with open(path, "rb") as handle:
-        yield handle
-
-
-class _ErrorReport:
-    """Prints the first malformed lines to stderr and counts the rest."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.count = 0
-
-    def __call__(self, error: LineError) -> None:
-        self.count += 1
-        if self.count <= MAX_ERRORS_SHOWN:
-            click.echo(f"gradefleet: {self.source}: {error}", err=True)
-
-    def finish(self) -> None:
-        hidden = self.count - MAX_ERRORS_SHOWN
-        if hidden > 0:
-            click.echo(f"gradefleet: ... and {hidden} more malformed lines", err=True)
-
-
-def _grade_file(
-    input_path: str, output_path: str, grade_rows: GradeRows, show_progress: bool
-) -> Summary:
-    summary = Summary()
-    errors = _ErrorReport("<stdin>" if input_path == "-" else input_path)
-    total = _count_rows(input_path) if show_progress else None
-    with (
-        _open_input(input_path) as stream,
-        atomic_output(output_path) as out,
-        _progress(total, show_progress) as advance,
-    ):
-        for chunk in chunked(read_rows(stream), CHUNK_ROWS):
-            rows = [row for row in chunk if isinstance(row, InputRow)]
-            for bad in chunk:
-                if isinstance(bad, LineError):
-                    errors(bad)
-                    advance(1)
-            verdicts = grade_rows(rows, advance) if rows else []
-            for row, verdict in zip(rows, verdicts, strict=True):
-                out.write(dump_line(graded_record(row, verdict)))
-                summary.add(verdict)
-    errors.finish()
-    summary.input_errors = errors.count
-    return summary
-
-
-@cli.command()
+@cli.command(epilog="Field aliases, first present wins:\n\n" + alias_table_text())
 @click.argument(
     "input_path",
-    metavar="INPUT.jsonl",
+    metavar="INPUT",
     type=click.Path(exists=True, dir_okay=False, allow_dash=True),
 )
 @click.option(
@@ -217,16 +151,32 @@ def _grade_file(
     "--output",
     "output_path",
     required=True,
-    metavar="OUTPUT.jsonl",
+    metavar="OUTPUT",
     type=click.Path(dir_okay=False, allow_dash=True),
-    help="Where graded lines go (- for stdout); written atomically.",
+    help="Where graded rows go: JSONL, or Parquet if it ends in .parquet "
+    "(- for stdout); written atomically.",
 )
 @click.option(
     "--broker",
     envvar="GRADEFLEET_BROKER_URL",
     show_envvar=True,
     metavar="URL",
+    callback=check_broker_url,
     help="Redis URL of a gradefleet fleet. Unset: embedded mode on this machine.",
+)
+@response_gold_options
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Reuse the final verdicts already in OUTPUT (same input); grade the rest "
+    "and the timeout/error ones.",
+)
+@click.option(
+    "--report",
+    "report_path",
+    metavar="REPORT.json",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Also write `gradefleet report --json` of the output there.",
 )
 @click.option(
     "--batch-size",
@@ -243,7 +193,9 @@ def _grade_file(
     default=_DEFAULTS.deadline_s,
     envvar="GRADEFLEET_DEADLINE_S",
     show_default=True,
-    help="Fail (exit 6) if grading takes longer.",
+    help="Fleet mode: results not back by then are written as `timeout` (with their "
+    "input lines on stderr) and the exit code is 6. Embedded mode has no deadline "
+    "(each rollout has --item-timeout-s).",
 )
 @click.option(
     "--processes",
@@ -298,20 +250,21 @@ def grade(
     no_cache: bool,
     no_fallback: bool,
     quiet: bool,
+    response_field: str | None,
+    gold_field: str | None,
+    resume: bool,
+    report_path: str | None,
 ) -> None:
-    """Grade every rollout of INPUT.jsonl; write OUTPUT.jsonl in the same order.
+    """Grade every rollout of INPUT; write OUTPUT in the same order.
 
-    Each input line is a JSON object with a response (`response`, or `completion`,
-    `output`, `solution_str`) and a gold answer (`gold`, or `ground_truth`, `answer`,
-    `solution`, `expected_answer`, `reward_model.ground_truth`); the first field
-    present wins. Each output line is the input object plus the verdict fields and
-    `gradefleet_line` (the input line number). Malformed lines are reported on stderr
-    and left out of the output; the exit code is then 3.
+    INPUT is JSONL (lm-eval's samples_*.jsonl too), Parquet (verl's layout) or an
+    Inspect .eval log, told apart by content. Each record has a response and a gold
+    (aliases below; a list of responses is one rollout per sample, with
+    `sample_idx`; a list of golds means any of them). Each output row is the input
+    object plus the verdict fields and `gradefleet_line` (the input line number).
+    Malformed lines are reported on stderr and left out; the exit code is then 3.
     """
-    if output_path != "-" and not Path(output_path).absolute().parent.is_dir():
-        raise click.BadParameter(
-            f"directory of {output_path!r} does not exist", param_hint="'-o'"
-        )
+    check_output_path(input_path, output_path)
     settings = ProducerSettings(
         broker_url=broker or None,
         batch_size=batch_size,
@@ -324,12 +277,24 @@ def grade(
     options = GradeOptions(allow_fallback=not no_fallback)
     backend = _fleet if settings.broker_url else _embedded
     started_s = time.monotonic()
+    spec = FieldSpec(response=response_field, gold=gold_field)
     with backend(settings, options) as grade_rows:
         show_progress = not quiet and sys.stderr.isatty()
-        summary = _grade_file(input_path, output_path, grade_rows, show_progress)
+        summary = grade_file(
+            input_path,
+            output_path,
+            grade_rows,
+            spec=spec,
+            show_progress=show_progress,
+            resume=resume,
+        )
     summary.wall_s = time.monotonic() - started_s
     if not quiet:
         click.echo(summary.render(), err=True, nl=False)
+    if report_path is not None:
+        write_grade_report(output_path, report_path, spec)
+    if summary.late_lines:
+        raise deadline_error(summary)
     if summary.input_errors:
         raise MalformedInputError(
             f"{summary.input_errors} malformed input line(s) left out; "
@@ -398,6 +363,12 @@ def status(
     click.echo(fleet.to_json() if as_json else fleet.render())
 
 
+cli.add_command(report)
+cli.add_command(diff)
+cli.add_command(audit)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point (`gradefleet = "producer.cli:main"`)."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="gradefleet")
+    with exit_on_signals():
+        cli.main(args=list(argv) if argv is not None else None, prog_name="gradefleet")

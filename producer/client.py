@@ -31,7 +31,7 @@ from workers.contract import (
     batch_to_wire,
     detach_items,
 )
-from workers.models import GradeOptions, Verdict
+from workers.models import GradeOptions, Verdict, exact_gold_text
 
 __all__ = [
     "BrokerUnavailableError",
@@ -89,8 +89,18 @@ def _texts(rollout: object, index: int) -> tuple[str, str]:
         raise InvalidRolloutError(
             f"rollout {index}: expected Rollout or mapping, got {kind}"
         )
-    if not isinstance(response, str) or not isinstance(gold, str):
-        raise InvalidRolloutError(f"rollout {index}: response and gold must be strings")
+    if not isinstance(response, str):
+        kind = type(response).__name__
+        raise InvalidRolloutError(
+            f"rollout {index}: field 'response' must be a string, not {kind}"
+        )
+    try:
+        gold = exact_gold_text(gold)  # a number is as good a gold as its text
+    except TypeError:
+        kind = type(gold).__name__
+        raise InvalidRolloutError(
+            f"rollout {index}: field 'gold' must be a string or number, not {kind}"
+        ) from None
     if max(len(response), len(gold)) > MAX_TEXT_CHARS:
         raise InvalidRolloutError(f"rollout {index}: text longer than {MAX_TEXT_CHARS}")
     return response, gold

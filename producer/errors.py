@@ -2,8 +2,10 @@
 
     ProducerError                          exit 1  anything else the producer refuses
     ├── InvalidRolloutError (ValueError)   exit 4  a rollout without response/gold text
-    │   └── MalformedInputError            exit 3  some input lines were malformed (the
-    │                                              others were graded and written)
+    │   ├── MalformedInputError            exit 3  some input lines were malformed (the
+    │   │                                          others were graded and written)
+    │   └── InputFormatError               exit 4  a file cannot be read (or written) in
+    │                                              the format it has (Parquet, .eval)
     ├── BrokerUnavailableError             exit 5  the broker (Redis) cannot be reached
     └── DeadlinePassedError (TimeoutError) exit 6  results did not all arrive in time
 
@@ -43,3 +45,9 @@ class DeadlinePassedError(ProducerError, TimeoutError):
     """The job's deadline passed before every result arrived."""
 
     exit_code: ClassVar[int] = 6
+
+
+class InputFormatError(InvalidRolloutError):
+    """A file is not readable (or writable) as the format it looks like."""
+
+    exit_code: ClassVar[int] = 4
