@@ -261,13 +261,13 @@ def _key_text(value: object) -> str | None:
 
 
 def record_id(record: Mapping[str, Any], spec: FieldSpec) -> str | None:
-    """The rollout id (`field=value`, with `#sample_idx` when present), or None."""
-    name, value = _first(record, spec.ids())
+    """The rollout id (with `#sample_idx` when present), or None."""
+    _, value = _first(record, spec.ids())
     text = _key_text(value)
     if text is None:
         return None
     sample = record.get(SAMPLE_FIELD)
-    return f"{name}={text}" + (f"#{sample}" if isinstance(sample, int) else "")
+    return text + (f"#{sample}" if isinstance(sample, int) else "")
 
 
 def prompt_key(record: Mapping[str, Any], spec: FieldSpec) -> tuple[str, str]:

@@ -100,7 +100,7 @@ def _parquet_records(path: str) -> Iterator[Record]:
                 yield row_no, record
 
 
-def _inspect_records(path: str) -> Iterator[Record]:
+def _inspect_records(path: str) -> Iterator[Record | LineError]:
     """One record per sample and epoch of an Inspect log (epochs are samples of one
     prompt: `prompt_id` is the sample id, `sample_idx` the epoch - 1)."""
     try:
@@ -113,7 +113,14 @@ def _inspect_records(path: str) -> Iterator[Record]:
     try:
         samples = read_eval_log_samples(path, all_samples_required=False)
         for number, sample in enumerate(samples, start=1):
-            yield number, _inspect_record(sample)
+            if sample.error is not None:  # no output to grade: say so, skip it
+                yield LineError(
+                    line_no=number,
+                    reason=f"Inspect sample {sample.id} epoch {sample.epoch} ended in "
+                    f"an error: {str(sample.error.message)[:200]}",
+                )
+            else:
+                yield number, _inspect_record(sample)
     except (ValueError, KeyError, OSError) as exc:
         raise InputFormatError(f"{path}: not a readable Inspect log: {exc}") from exc
 
