@@ -58,6 +58,8 @@ class _CliGroup(click.Group):
             return super().invoke(ctx)
         except ProducerError as exc:
             _exit_one_line(ctx, exc, exc.exit_code)
+        except BrokenPipeError:
+            raise  # `| head` closed stdout: click's main exits 1 quietly
         except (GraderError, OSError) as exc:
             # The local pool could not start, the disk is full, ...: no traceback.
             _exit_one_line(ctx, exc, ProducerError.exit_code)

@@ -183,8 +183,14 @@ class _ParquetWriter:
                         f"Parquet output: column(s) {sorted(extra)} first appear after "
                         f"row {PARQUET_GROUP_ROWS:,}; write JSONL instead"
                     )
+        # Columns are the union of the rows' fields, in first-seen order (from_pylist
+        # would keep only the first row's fields and drop the others silently).
+        names = list(dict.fromkeys(k for record in self._rows for k in record))
+        if self._schema is not None:
+            names = self._schema.names
+        columns = {k: [record.get(k) for record in self._rows] for k in names}
         try:
-            table = pa.Table.from_pylist(self._rows, schema=self._schema)
+            table = pa.Table.from_pydict(columns, schema=self._schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise InputFormatError(
                 f"Parquet output: rows do not fit one schema ({exc}); write JSONL"

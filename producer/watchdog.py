@@ -44,7 +44,7 @@ class NoWorkerWatch:
         self,
         broker_url: str,
         *,
-        ping_timeout_s: float = 2.0,
+        ping_timeout_s: float = 1.0,
         recheck_s: float = 30.0,
         echo: Callable[[str], None] | None = None,
     ) -> None:

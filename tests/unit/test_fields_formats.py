@@ -154,6 +154,9 @@ def test_formats_parquet_round_trip(tmp_path: Path):
         }
         for i in range(25_000)  # more than one row group
     ]
+    records[1]["only_here"] = "x"  # a field the first row lacks is kept
+    for record in records:
+        record.setdefault("only_here", None)
     out = tmp_path / "graded.parquet"
     with open_output(str(out)) as writer:
         for record in records:
