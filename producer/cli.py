@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,6 +19,7 @@ import click
 from producer.batching import InputRow
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
 from producer.fields import FieldSpec, alias_table_text
+from producer.grader import Grader, open_grader
 from producer.report_cli import (
     audit,
     check_broker_url,
@@ -32,7 +33,6 @@ from producer.settings import ProducerSettings, default_cache_dir
 from producer.signals import exit_on_signals
 from producer.status import read_fleet_status
 from producer.sweep import (
-    GradeRows,
     Progress,
     deadline_error,
     deadline_verdict,
@@ -42,11 +42,10 @@ from producer.watchdog import NoWorkerWatch
 from workers import __version__
 from workers.errors import GraderError
 from workers.models import GradeOptions, Verdict
+from workers.sizing import LOCAL_BATCH_SIZE
 
 __all__ = ["cli", "main"]
 
-# Embedded mode's batch: the local pool's parent hands each process this many at once.
-LOCAL_BATCH_SIZE = 64
 _DEFAULTS = ProducerSettings()
 
 
@@ -77,69 +76,50 @@ def cli() -> None:
     """Grade LLM math rollouts: locally (embedded mode) or on a Celery fleet."""
 
 
-@contextmanager
-def _embedded(settings: ProducerSettings, options: GradeOptions) -> Iterator[GradeRows]:
-    # Imported here: the pool pulls in the sandbox and the verifier (SymPy).
-    from workers.local import LocalPool
-
-    if settings.cache_dir is not None:
-        settings.cache_dir.mkdir(parents=True, exist_ok=True)
-    pool = LocalPool(
-        processes=settings.processes or os.cpu_count() or 1,
-        item_timeout_s=settings.item_timeout_s,
-        item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
-        cache_path=settings.cache_path,
-        batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
-    )
-
-    def grade(rows: Sequence[InputRow], on_progress: Progress) -> list[Verdict]:
-        done = 0
-
-        def advance(done_in_call: int) -> None:  # the pool reports a running total
-            nonlocal done
-            on_progress(done_in_call - done)
-            done = done_in_call
-
-        return pool.grade(rows, options, on_progress=advance)
-
-    with pool:
-        yield grade
+def _watch(url: str | None) -> AbstractContextManager[NoWorkerWatch | None]:
+    """On a fleet, a warning within seconds while no worker is alive."""
+    if url and url.startswith(("redis://", "rediss://", "unix://")):
+        return NoWorkerWatch(url)
+    return nullcontext()
 
 
-@contextmanager
-def _fleet(settings: ProducerSettings, options: GradeOptions) -> Iterator[GradeRows]:
-    from producer.client import GradingClient
+class _ChunkGrader:
+    """Grades the file's chunks through one `Grader`; --deadline-s bounds the whole
+    command, so each chunk gets what is left of it."""
 
-    assert settings.broker_url is not None  # _fleet is chosen only with a broker
-    started_s = time.monotonic()
-    client = GradingClient(
-        settings.broker_url,
-        batch_size=settings.batch_size,
-        options=options,
-        item_timeout_s=settings.item_timeout_s,
-    )
+    def __init__(
+        self, grader: Grader, deadline_s: float, watch: NoWorkerWatch | None
+    ) -> None:
+        self._grader = grader
+        self._deadline_s = deadline_s
+        self._started_s = time.monotonic()
+        self._watch = watch
 
-    def grade(rows: Sequence[InputRow], on_progress: Progress) -> list[Verdict]:
-        # --deadline-s bounds the whole command, so each chunk gets what is left;
-        # what has not arrived by then is written as a `timeout` stand-in.
-        left_s = settings.deadline_s - (time.monotonic() - started_s)
+    def __call__(
+        self, rows: Sequence[InputRow], on_progress: Progress
+    ) -> list[Verdict]:
+        # What has not arrived by the deadline is written as a `timeout` stand-in.
+        left_s = self._deadline_s - (time.monotonic() - self._started_s)
         if left_s <= 0:
             on_progress(len(rows))
             return [deadline_verdict()] * len(rows)
-        rollouts = [{"response": row.response, "gold": row.gold} for row in rows]
-        job = client.submit(rollouts, deadline_s=left_s)
-        verdicts: list[Verdict | None] = [None] * len(rows)
         try:
-            for index, verdict in job.as_completed():
-                verdicts[index] = verdict
-                watch.progress()
-                on_progress(1)
-        except DeadlinePassedError:
-            on_progress(sum(v is None for v in verdicts))
-        return [deadline_verdict() if v is None else v for v in verdicts]
+            verdicts = self._grader.grade(
+                rows, on_progress=self._progress(on_progress), deadline_s=left_s
+            )
+        except DeadlinePassedError as exc:
+            arrived = exc.partial or [None] * len(rows)
+            on_progress(sum(v is None for v in arrived))
+            return [deadline_verdict() if v is None else v for v in arrived]
+        return verdicts
 
-    with client, NoWorkerWatch(settings.broker_url) as watch:
-        yield grade
+    def _progress(self, on_progress: Progress) -> Progress:
+        def advance(count: int) -> None:
+            if self._watch is not None:
+                self._watch.progress()
+            on_progress(count)
+
+        return advance
 
 
 @cli.command(epilog="Field aliases, first present wins:\n\n" + alias_table_text())
@@ -277,11 +257,14 @@ def grade(
         cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
     )
     options = GradeOptions(allow_fallback=not no_fallback)
-    backend = _fleet if settings.broker_url else _embedded
     started_s = time.monotonic()
     spec = FieldSpec(response=response_field, gold=gold_field)
-    with backend(settings, options) as grade_rows:
+    with (
+        open_grader(settings.broker_url, options=options, settings=settings) as grader,
+        _watch(settings.broker_url) as watch,
+    ):
         show_progress = not quiet and sys.stderr.isatty()
+        grade_rows = _ChunkGrader(grader, settings.deadline_s, watch)
         summary = grade_file(
             input_path,
             output_path,

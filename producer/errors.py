@@ -14,7 +14,10 @@ Exit code 2 is click's own "usage error" (bad option, missing file).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from workers.models import Verdict
 
 
 class ProducerError(Exception):
@@ -45,6 +48,11 @@ class DeadlinePassedError(ProducerError, TimeoutError):
     """The job's deadline passed before every result arrived."""
 
     exit_code: ClassVar[int] = 6
+
+    def __init__(self, message: str, *, partial: list[Verdict | None] | None = None):
+        super().__init__(message)
+        # What did arrive, by input index (None: missing), when the grader knows.
+        self.partial = partial
 
 
 class InputFormatError(InvalidRolloutError):

@@ -17,7 +17,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from workers.contract import MAX_TEXT_CHARS
+from workers.contract import text_error
 from workers.models import exact_gold_text
 
 __all__ = [
@@ -161,11 +161,8 @@ def _first(record: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any]
 
 
 def _check_length(name: str, text: str) -> str:
-    if len(text) > MAX_TEXT_CHARS:
-        raise FieldError(
-            f"field {name!r}: text of {len(text):,} characters "
-            f"(limit {MAX_TEXT_CHARS:,})"
-        )
+    if (error := text_error(text, "")) is not None:
+        raise FieldError(f"field {name!r}: {error}")
     return text
 
 

@@ -37,12 +37,12 @@ from workers.models import (
     Verdict,
     VerifyMethod,
 )
+from workers.sizing import CHUNK_ROWS
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
 
 __all__ = [
-    "CHUNK_ROWS",
     "DEADLINE_REASON",
     "GradeRows",
     "Progress",
@@ -52,9 +52,6 @@ __all__ = [
     "load_resumable",
 ]
 
-# Rows read and graded per round: bounds memory on huge files while keeping thousands
-# of batches in flight, so the pool or fleet stays busy.
-CHUNK_ROWS = 20_000
 MAX_ERRORS_SHOWN = 20
 DEADLINE_REASON = "the --deadline-s passed before a result arrived"
 

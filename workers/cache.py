@@ -1,9 +1,9 @@
 """The result cache: `cache_key()` (sha256 of canonical JSON), Redis and SQLite stores.
 
 Only answer-dependent verdict fields are stored; per-response fields (extracted,
-extraction_method, format_valid) always come from the item itself. Every key string is
-built here (`gradefleet:v1:result:<sha256>`). A batch keys its items through one
-`cache_keyer()`, which encodes the grader version and options once.
+extraction_method, format_valid) always come from the item itself. The Redis key of a
+digest is `protocol.result_key`. A batch keys its items through one `cache_keyer()`,
+which encodes the grader version and options once.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from workers.models import (
     Status,
     Verdict,
 )
+from workers.protocol import result_key
 
 __all__ = [
     "ANSWER_FIELDS",
@@ -39,7 +40,6 @@ __all__ = [
     "cache_entry",
     "cache_key",
     "cache_keyer",
-    "result_key",
     "verdict_from_entry",
 ]
 
@@ -108,11 +108,6 @@ def cache_key(grader_version: str, options: GradeOptions, decision_key: str) -> 
     version and options, use `cache_keyer()` (same digests, options encoded once).
     """
     return cache_keyer(grader_version, options)(decision_key)
-
-
-def result_key(digest: str, namespace: str = "gradefleet") -> str:
-    """The Redis key of one cached result."""
-    return f"{namespace}:v1:result:{digest}"
 
 
 def cache_entry(verdict: Verdict) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Value types shared by the verifier, the fleet and the producer (stdlib only).
 
-`Verdict` is what grading returns; `GradeOptions` holds the knobs that change verdicts
-(they are part of every cache key). Nothing here imports SymPy, Celery or Redis.
+`Rollout` is what is graded, `Verdict` what grading returns; `GradeOptions` holds the
+knobs that change verdicts (they are part of every cache key). Nothing here imports
+SymPy, Celery or Redis.
 """
 
 from __future__ import annotations
@@ -13,9 +14,28 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 _E = TypeVar("_E", bound=StrEnum)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One model output and the gold answer it is graded against."""
+
+    response: str
+    gold: str
+
+
+class RolloutLike(Protocol):
+    """Anything with `response` and `gold` text (a `Rollout`, a CLI input row, a
+    batch item): what the graders accept, so no caller copies its rows."""
+
+    @property
+    def response(self) -> str: ...
+
+    @property
+    def gold(self) -> str: ...
 
 
 class Status(StrEnum):

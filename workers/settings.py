@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from workers.contract import MAX_AUTO_BATCH_SIZE
 from workers.errors import ConfigError
+from workers.sizing import MAX_AUTO_BATCH_SIZE
 
 __all__ = ["WorkerSettings"]
 

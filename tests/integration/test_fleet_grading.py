@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import os
 import random
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -16,17 +18,19 @@ from celery import Celery
 from producer.aio import AsyncGradingClient
 from producer.client import GradingClient, Rollout
 from producer.errors import DeadlinePassedError
+from producer.grader import open_grader
+from producer.settings import ProducerSettings
 from workers import verifier
-from workers.contract import (
-    GRADE_BATCH,
-    QUEUE,
-    batch_to_wire,
-    job_done_key,
-    results_from_wire,
-)
+from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire
 from workers.local import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
-from workers.tasks import attempts_key, partial_key
+from workers.protocol import (
+    attempts_key,
+    job_done_key,
+    partial_key,
+    results_from_wire,
+    task_meta_key,
+)
 from workers.testhooks import ABORT, HANG, OOM, hooked_grade
 
 pytestmark = pytest.mark.integration
@@ -99,6 +103,25 @@ def test_fleet_verdicts_equal_embedded_local_pool(fleet):
         i for i, (a, b) in enumerate(zip(remote, local, strict=True)) if not _same(a, b)
     ]
     assert diff == [], (len(diff), remote[diff[0]], local[diff[0]])
+
+
+def test_fleet_and_embedded_graders_give_identical_verdicts(fleet):
+    # Given real rollouts
+    rollouts = _real_rollouts()[::7]
+    settings = ProducerSettings(processes=2, cache_dir=None, deadline_s=60)
+    # When the same rollouts go through the fleet's and the embedded `Grader`
+    got = {}
+    for url in (fleet.redis_url, None):
+        ticks: list[int] = []
+        with open_grader(url, settings=settings) as grader:
+            got[url] = grader.grade(rollouts, on_progress=ticks.append, deadline_s=60)
+        assert sum(ticks) == len(rollouts)
+    # Then the verdicts are identical (apart from the cache flag)
+    remote, local = got[fleet.redis_url], got[None]
+    diff = [
+        i for i, (a, b) in enumerate(zip(remote, local, strict=True)) if not _same(a, b)
+    ]
+    assert diff == []
 
 
 def test_fleet_duplicate_answers_graded_once(fleet, fleet_redis):
@@ -217,7 +240,7 @@ def _send_wire(url: str, wire: dict, *, serializer: str = "json") -> None:
 
 
 def _task_result(redis_client, task_id: str, wait_until) -> dict:
-    key = f"celery-task-meta-{task_id}"
+    key = task_meta_key(task_id)
 
     def finished():
         raw = redis_client.get(key)
@@ -301,7 +324,53 @@ def test_fleet_poison_batch_answered_error_not_looped(fleet, fleet_redis, wait_u
     # Then its items are answered `error` instead of being graded again
     pairs = results_from_wire(meta["result"])
     assert [v.status for _, v in pairs] == [Status.ERROR, Status.ERROR]
-    assert pairs[0][1].reason == "poison batch: 4 attempts"
+    assert pairs[0][1].reason == "poison batch: its worker was lost 3 times"
+
+
+def _kill_my_worker(
+    response: str, gold: str, *, options: GradeOptions | None = None
+) -> Verdict:
+    """`verifier.grade`, except that it kills its local worker on every delivery."""
+    if "kill-my-worker" in response:
+        os.kill(os.getppid(), signal.SIGKILL)  # the sandbox child's parent
+        time.sleep(60)
+    return verifier.grade(response, gold, options=options)
+
+
+def test_fleet_and_local_pool_give_the_same_poison_batch_verdicts(
+    fleet, fleet_redis, wait_until
+):
+    # Given a batch whose answers can be extracted, but whose worker dies on every
+    # delivery: in the fleet, 3 deliveries that never finished (3 = max attempts) ...
+    items = [(0, "kill-my-worker \\boxed{3}", "3"), (1, "so \\boxed{x^2}", "y")]
+    batch_id = f"poison-{uuid.uuid4().hex}"
+    fleet_redis.set(attempts_key(batch_id), 3)
+    wire = batch_to_wire(
+        job_id="test",
+        batch_id=batch_id,
+        items=items,
+        options=GradeOptions(),
+        enqueued_at=time.time(),
+    )
+    # When the fleet gets it a 4th time and the local pool loses 3 workers on it
+    _send_wire(fleet.redis_url, dict(wire))
+    fleet_pairs = results_from_wire(
+        _task_result(fleet_redis, batch_id, wait_until)["result"]
+    )
+    with LocalPool(
+        processes=1,
+        item_timeout_s=5.0,
+        item_memory_bytes=1024 * 1024 * 1024,
+        cache_path=None,
+        grade_fn=_kill_my_worker,
+        max_attempts=3,
+    ) as pool:
+        local = pool.grade([Rollout(r, g) for _, r, g in items], GradeOptions())
+    # Then both answer every item with the same error verdict, extraction kept
+    fleet_verdicts = [verdict for _, verdict in fleet_pairs]
+    assert fleet_verdicts == local
+    assert [v.status for v in local] == [Status.ERROR, Status.ERROR]
+    assert [v.extracted for v in local] == ["3", "x^2"]
 
 
 def test_fleet_redelivered_batch_reuses_saved_verdicts(fleet, fleet_redis, wait_until):

@@ -54,7 +54,6 @@ class RecordingObserver:
     def __init__(self) -> None:
         self.graded: list[tuple[Verdict, float]] = []
         self.lookups: list[tuple[int, int]] = []
-        self.batches: list[int] = []
 
     def item_graded(self, verdict: Verdict, duration_s: float) -> None:
         self.graded.append((verdict, duration_s))
@@ -64,9 +63,6 @@ class RecordingObserver:
 
     def sandbox_restarted(self, reason: str) -> None:
         pass
-
-    def batch_done(self, *, size: int, duration_s: float) -> None:
-        self.batches.append(size)
 
 
 @pytest.fixture
@@ -138,7 +134,6 @@ def test_batch_duplicates_graded_once(sandbox: Sandbox, call_log: Path) -> None:
     assert [v.correct for _, v in results] == [True] * 16 + [False]
     assert len(observer.graded) == 17
     assert sum(1 for _, d in observer.graded if d > 0) == 2
-    assert observer.batches == [17]
 
 
 def test_batch_cache_hits_skip_the_sandbox(

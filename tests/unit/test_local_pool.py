@@ -140,7 +140,7 @@ def test_local_pool_poison_batch_ends_as_errors() -> None:
         again = pool.grade(items[:10], OPTIONS)  # the pool still works afterwards
     assert all(v.correct for v in verdicts[:10] + verdicts[20:])
     assert {v.status for v in verdicts[10:20]} == {Status.ERROR}
-    assert "died on this batch 2 times" in verdicts[12].reason
+    assert "poison batch: its worker was lost 2 times" in verdicts[12].reason
     assert all(v.correct for v in again)
 
 
