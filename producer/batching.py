@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -34,6 +35,7 @@ from producer.fields import (
     resolve_samples,
     sample_records,
 )
+from workers import models
 from workers.models import Status, Verdict
 
 __all__ = [
@@ -60,20 +62,13 @@ __all__ = [
 T = TypeVar("T")
 DEFAULT_SPEC = FieldSpec()
 
-VERDICT_FIELDS = (
-    "correct",
-    "status",
-    "format_valid",
-    "extracted",
-    "extraction_method",
-    "verify_method",
-    "reason",
-    "grader_version",
-    "cached",
-    # The verifier's canonical form of the answer: `report` votes over it (maj@k),
-    # so "1/2" and "0.5" count as one answer.
-    "canonical_pred",
+# The verdict fields written to each output line: the canonical answer too (`report`
+# votes over it for maj@k, so "1/2" and "0.5" count as one answer); the gold's
+# canonical form stays internal.
+VERDICT_FIELDS = tuple(
+    name for name in models.VERDICT_FIELDS if name != "canonical_gold"
 )
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Longer lines are rejected without being held in memory (a CoT is ~1-20 KB).
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -242,9 +237,25 @@ def _json_default(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def _escape_surrogate(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
 def dump_line(record: Mapping[str, Any]) -> str:
-    """One JSONL line (UTF-8 kept readable, newline included)."""
-    return json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
+    """One JSONL line (UTF-8 kept readable, newline included).
+
+    A lone surrogate (input JSON may carry `"\\ud800"`, and the verdict's
+    `extracted` may echo it) cannot be written as UTF-8; it is written as its
+    JSON escape instead, which reads back as the same string. Surrogates only
+    ever sit inside JSON strings, so the escape keeps the line valid JSON.
+    """
+    return (
+        _LONE_SURROGATE.sub(
+            _escape_surrogate,
+            json.dumps(record, ensure_ascii=False, default=_json_default),
+        )
+        + "\n"
+    )
 
 
 @contextlib.contextmanager

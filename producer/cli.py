@@ -40,9 +40,10 @@ from producer.sweep import (
 )
 from producer.watchdog import NoWorkerWatch
 from workers import __version__
-from workers.errors import GraderError
+from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
 from workers.sizing import LOCAL_BATCH_SIZE
+from workers.urls import connect_url, read_secret
 
 __all__ = ["cli", "main"]
 
@@ -122,6 +123,17 @@ class _ChunkGrader:
         return advance
 
 
+def _connect_url(url: str) -> str:
+    """The broker URL with the password of `GRADEFLEET_REDIS_PASSWORD` (or the file
+    named by `GRADEFLEET_REDIS_PASSWORD_FILE`): a password never has to be on the
+    command line, where `ps` shows it."""
+    try:
+        password = read_secret(os.environ, "GRADEFLEET_REDIS_PASSWORD")
+        return connect_url(url, password=password)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--broker'") from exc
+
+
 @cli.command(epilog="Field aliases, first present wins:\n\n" + alias_table_text())
 @click.argument(
     "input_path",
@@ -144,7 +156,8 @@ class _ChunkGrader:
     show_envvar=True,
     metavar="URL",
     callback=check_broker_url,
-    help="Redis URL of a gradefleet fleet. Unset: embedded mode on this machine.",
+    help="Redis URL of a gradefleet fleet. Unset: embedded mode on this machine. "
+    "A password goes in GRADEFLEET_REDIS_PASSWORD(_FILE), not in the URL.",
 )
 @response_gold_options
 @click.option(
@@ -248,7 +261,7 @@ def grade(
     """
     check_output_path(input_path, output_path)
     settings = ProducerSettings(
-        broker_url=broker or None,
+        broker_url=_connect_url(broker) if broker else None,
         batch_size=batch_size,
         deadline_s=deadline_s,
         processes=processes,
@@ -343,7 +356,10 @@ def status(
 ) -> None:
     """Show queue depth, live workers and recent throughput of a fleet."""
     fleet = read_fleet_status(
-        broker, timeout_s=timeout_s, window_s=window_s, metrics_urls=metrics_urls
+        _connect_url(broker),
+        timeout_s=timeout_s,
+        window_s=window_s,
+        metrics_urls=metrics_urls,
     )
     click.echo(fleet.to_json() if as_json else fleet.render())
 

@@ -21,11 +21,11 @@ from producer.cli import cli
 from producer.client import validate_rollouts
 from producer.errors import InvalidRolloutError
 from producer.formats import iter_records
+from tests.helpers import QWEN_FILE as QWEN
 from workers import __version__
 from workers.models import Status
 from workers.verifier import grade
 
-QWEN = Path(__file__).resolve().parents[1] / "data" / "qwen25math_math_cot_100.jsonl"
 EMBEDDED = ["--no-cache", "--processes", "2", "--item-timeout-s", "30"]
 MAIN = "import sys; from producer.cli import main; main(sys.argv[1:])"
 

@@ -17,9 +17,7 @@ from producer.batching import InputRow, LineError, expand_records, rows_from_rec
 from producer.errors import InputFormatError
 from producer.fields import FieldSpec, prompt_key, record_id
 from producer.formats import InputFormat, detect_format, iter_records, open_output
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-QWEN = DATA / "qwen25math_math_cot_100.jsonl"
+from tests.helpers import QWEN_FILE as QWEN
 
 
 def _rows(record: dict[str, Any], spec: FieldSpec | None = None) -> list[InputRow]:

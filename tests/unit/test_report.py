@@ -15,10 +15,8 @@ from click.testing import CliRunner
 from producer.batching import InputRow, dump_line, expand_records, graded_record
 from producer.cli import cli
 from producer.formats import iter_records
+from tests.helpers import QWEN_FILE as QWEN
 from workers.verifier import grade
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-QWEN = DATA / "qwen25math_math_cot_100.jsonl"
 
 
 @pytest.fixture(scope="module")
