@@ -188,9 +188,8 @@ def _connect_url(url: str) -> str:
     default=_DEFAULTS.deadline_s,
     envvar="GRADEFLEET_DEADLINE_S",
     show_default=True,
-    help="Fleet mode: results not back by then are written as `timeout` (with their "
-    "input lines on stderr) and the exit code is 6. Embedded mode has no deadline "
-    "(each rollout has --item-timeout-s).",
+    help="Results not graded by then are written as `timeout` (their input lines "
+    "on stderr) and the exit code is 6; --resume grades just those later.",
 )
 @click.option(
     "--processes",

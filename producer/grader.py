@@ -207,7 +207,7 @@ class _EmbeddedGrader(GraderBase):
                 deadline_at=_deadline_at(deadline_s),
             )
         except DeadlineError as exc:
-            raise DeadlinePassedError(str(exc)) from exc
+            raise DeadlinePassedError(str(exc), partial=exc.partial) from exc
 
     def close(self) -> None:
         self._pool.close()

@@ -224,3 +224,25 @@ def test_client_accepts_numeric_golds_and_names_the_bad_field():
         )
     with pytest.raises(InvalidRolloutError, match=r"field 'response'.*int"):
         validate_rollouts([{"response": 3, "gold": "1"}])
+
+
+def test_cli_embedded_deadline_writes_every_row_as_timeout_and_names_lines(
+    tmp_path: Path,
+):
+    # Given a deadline too short for anything to be graded (embedded mode)
+    out = tmp_path / "out.jsonl"
+    args = [str(QWEN), "-o", str(out), "--deadline-s", "0.001", *EMBEDDED]
+    result = _grade(*args)
+    # Then every row is written, as timeout, and exit 6 names the input lines
+    assert result.exit_code == 6, result.output
+    assert "input lines 1-100" in result.stderr
+    rows = _read(out)
+    assert len(rows) == 800
+    assert {r["status"] for r in rows} == {"timeout"}
+    assert {r["reason"] for r in rows} == {
+        "the --deadline-s passed before a result arrived"
+    }
+    # and --resume grades them afterwards
+    again = _grade(str(QWEN), "-o", str(out), "--resume", *EMBEDDED)
+    assert again.exit_code == 0, again.output
+    assert "timeout" not in {r["status"] for r in _read(out)}
