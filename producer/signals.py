@@ -43,7 +43,7 @@ def exit_on_signals() -> Iterator[None]:
     except TerminatedError as exc:
         for sig in _SIGNALS:  # a second signal while exiting must not interrupt it
             signal.signal(sig, signal.SIG_IGN)
-        print(f"gradefleet: {exc}; nothing written", file=sys.stderr)
+        print(f"gradefleet: {exc}", file=sys.stderr)
         sys.exit(128 + exc.signum)
     finally:
         for sig, handler in previous.items():
