@@ -230,6 +230,15 @@ def _connect_url(url: str) -> str:
     is_flag=True,
     help="Only answers with an explicit marker (\\boxed{}, 'Answer:') can be correct.",
 )
+@click.option(
+    "--priority",
+    type=click.Choice(["interactive", "bulk"]),
+    default=_DEFAULTS.priority,
+    envvar="GRADEFLEET_PRIORITY",
+    show_default=True,
+    help="On a fleet: the lane of this file's jobs. Workers take interactive work "
+    "(RL steps) first; bulk (sweeps) gets the rest and never starves.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
 def grade(
     input_path: str,
@@ -243,6 +252,7 @@ def grade(
     cache_dir: Path | None,
     no_cache: bool,
     no_fallback: bool,
+    priority: str,
     quiet: bool,
     response_field: str | None,
     gold_field: str | None,
@@ -267,6 +277,7 @@ def grade(
         item_timeout_s=item_timeout_s,
         item_memory_mb=item_memory_mb,
         cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
+        priority=priority,
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     started_s = time.monotonic()
@@ -353,7 +364,8 @@ def status(
     as_json: bool,
     metrics_urls: tuple[str, ...],
 ) -> None:
-    """Show queue depth, live workers and recent throughput of a fleet."""
+    """Show each lane's queue depth, running jobs by lane with their progress, live
+    workers and recent throughput of a fleet."""
     fleet = read_fleet_status(
         _connect_url(broker),
         timeout_s=timeout_s,

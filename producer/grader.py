@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from producer.errors import DeadlinePassedError, ProducerError
 from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
+from workers.lanes import INTERACTIVE
 from workers.models import GradeOptions, Rollout, RolloutLike, Verdict
 
 __all__ = [
@@ -106,7 +107,9 @@ def open_grader(
     Args:
         url: where to grade (see the module docstring).
         options: verdict-changing options for every rollout graded.
-        settings: batch size, item limits, processes, cache directory.
+        settings: batch size, item limits, processes, cache directory, lane. None:
+            the defaults, but in the interactive lane (a program waits on its jobs;
+            the CLI passes its own settings, bulk unless told otherwise).
 
     Raises:
         ProducerError: no grader is registered for the URL's scheme.
@@ -122,7 +125,9 @@ def open_grader(
         factory = getattr(importlib.import_module(module), name)
         assert callable(factory)
     options = options or GradeOptions()
-    return factory(url or None, options, settings or ProducerSettings())
+    if settings is None:
+        settings = ProducerSettings(priority=INTERACTIVE)
+    return factory(url or None, options, settings)
 
 
 class GraderBase(abc.ABC):
@@ -226,6 +231,7 @@ class _FleetGrader(GraderBase):
             batch_size=settings.batch_size,
             options=options,
             item_timeout_s=settings.item_timeout_s,
+            priority=settings.priority,
         )
 
     def grade(
