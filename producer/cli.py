@@ -29,6 +29,7 @@ from producer.report_cli import (
     response_gold_options,
     write_grade_report,
 )
+from producer.serve_cli import serve
 from producer.settings import ProducerSettings, default_cache_dir
 from producer.signals import exit_on_signals
 from producer.status import read_fleet_status
@@ -378,6 +379,7 @@ def status(
 cli.add_command(report)
 cli.add_command(diff)
 cli.add_command(audit)
+cli.add_command(serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

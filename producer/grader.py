@@ -87,6 +87,8 @@ _FACTORIES: dict[str, str | GraderFactory] = {
     _EMBEDDED: "producer.grader:_open_embedded",
     "redis": "producer.grader:_open_fleet",
     "rediss": "producer.grader:_open_fleet",
+    "http": "producer.http_client:open_http_grader",
+    "https": "producer.http_client:open_http_grader",
 }
 
 

@@ -37,9 +37,16 @@ def check_broker_url(
 ) -> str | None:
     """A broker is a Redis URL; anything else is a usage error (exit 2)."""
     if value and not value.startswith(("redis://", "rediss://", "unix://")):
+        scheme = value.split("://")[0]
+        hint = (
+            "; an http(s):// URL is a `gradefleet serve` service, which the "
+            "library reaches with producer.open_grader(URL)"
+            if scheme in ("http", "https")
+            else ""
+        )
         raise click.BadParameter(
-            f"{value.split('://')[0]}:// is not a Redis URL (redis://host:6379/0). "
-            "--broker talks to a fleet's Redis, not to an HTTP service",
+            f"{scheme}:// is not a Redis URL (redis://host:6379/0): --broker names "
+            f"a fleet's Redis{hint}",
             param_hint="'--broker'",
         )
     return value
