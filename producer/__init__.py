@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         MalformedInputError,
         ProducerError,
     )
-    from producer.grader import Grader, open_grader, register_scheme
+    from producer.grader import Grader, GraderBase, open_grader, register_scheme
     from producer.settings import ProducerSettings
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "BrokerUnavailableError",
     "DeadlinePassedError",
     "Grader",
+    "GraderBase",
     "GradingClient",
     "GradingJob",
     "InputRow",
@@ -53,6 +54,7 @@ _HOMES = {
     "GradingJob": "producer.client",
     "Rollout": "producer.client",
     "Grader": "producer.grader",
+    "GraderBase": "producer.grader",
     "open_grader": "producer.grader",
     "register_scheme": "producer.grader",
     "InputRow": "producer.batching",

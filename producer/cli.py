@@ -30,9 +30,10 @@ from producer.errors import DeadlinePassedError, MalformedInputError, ProducerEr
 from producer.grader import Grader, open_grader
 from producer.settings import ProducerSettings, default_cache_dir
 from producer.status import read_fleet_status
-from workers.errors import GraderError
+from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
 from workers.sizing import CHUNK_ROWS, LOCAL_BATCH_SIZE
+from workers.urls import connect_url, read_secret
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
@@ -86,6 +87,17 @@ class _ChunkGrader:
         if left_s <= 0:
             raise DeadlinePassedError(f"deadline of {self._deadline_s:g} s passed")
         return self._grader.grade(rows, on_progress=on_progress, deadline_s=left_s)
+
+
+def _connect_url(url: str) -> str:
+    """The broker URL with the password of `GRADEFLEET_REDIS_PASSWORD` (or the file
+    named by `GRADEFLEET_REDIS_PASSWORD_FILE`): a password never has to be on the
+    command line, where `ps` shows it."""
+    try:
+        password = read_secret(os.environ, "GRADEFLEET_REDIS_PASSWORD")
+        return connect_url(url, password=password)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--broker'") from exc
 
 
 def _count_rows(path: str) -> int | None:
@@ -181,7 +193,8 @@ def _grade_file(
     envvar="GRADEFLEET_BROKER_URL",
     show_envvar=True,
     metavar="URL",
-    help="Redis URL of a gradefleet fleet. Unset: embedded mode on this machine.",
+    help="Redis URL of a gradefleet fleet. Unset: embedded mode on this machine. "
+    "A password goes in GRADEFLEET_REDIS_PASSWORD(_FILE), not in the URL.",
 )
 @click.option(
     "--batch-size",
@@ -268,7 +281,7 @@ def grade(
             f"directory of {output_path!r} does not exist", param_hint="'-o'"
         )
     settings = ProducerSettings(
-        broker_url=broker or None,
+        broker_url=_connect_url(broker) if broker else None,
         batch_size=batch_size,
         deadline_s=deadline_s,
         processes=processes,
@@ -348,7 +361,10 @@ def status(
 ) -> None:
     """Show queue depth, live workers and recent throughput of a fleet."""
     fleet = read_fleet_status(
-        broker, timeout_s=timeout_s, window_s=window_s, metrics_urls=metrics_urls
+        _connect_url(broker),
+        timeout_s=timeout_s,
+        window_s=window_s,
+        metrics_urls=metrics_urls,
     )
     click.echo(fleet.to_json() if as_json else fleet.render())
 

@@ -20,7 +20,6 @@ from kombu.exceptions import OperationalError
 from producer.errors import BrokerUnavailableError
 from producer.job import Batch, GradingJob, Progress
 from producer.rollouts import validate_rollouts
-from producer.settings import redact_url
 from workers.connections import RedisClients
 from workers.contract import (
     GRADE_BATCH,
@@ -32,6 +31,7 @@ from workers.contract import (
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.protocol import batch_items_key
 from workers.sizing import batch_size_for
+from workers.urls import connect_url, redact_url
 
 __all__ = [
     "BrokerUnavailableError",
@@ -48,7 +48,7 @@ DEFAULT_ITEM_TIMEOUT_S = 5.0
 # one slow item is graded (the sandbox child grades it; the worker thread only waits
 # in `poll`), so a live worker is never silent for long. 10 s is 10 missed beats:
 # enough slack for a loaded machine or a Redis hiccup, and what a SIGKILLed worker
-# costs an RL step (it was 4 x item deadline + 30 s = 50 s).
+# costs an RL step.
 DEFAULT_RESEND_AFTER_S = 10.0
 # How long a batch's items stay in Redis (`contract.detach_items`) when nothing
 # deletes them: the producer deletes them as each batch's result arrives, and stores
@@ -107,6 +107,8 @@ class GradingClient:
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be ≥ 1")
+        broker_url = connect_url(broker_url)  # rediss:// defaults
+        result_backend = None if result_backend is None else connect_url(result_backend)
         self.broker_url = broker_url
         self.batch_size = batch_size
         self.deadline_s = deadline_s
@@ -263,9 +265,9 @@ def _producer_app(broker_url: str) -> Celery:
         accept_content=["json"],
         task_default_queue=QUEUE,
         broker_connection_retry_on_startup=False,
-        # Plain JSON bodies: kombu's default base64 of a ~0.3 MB batch body (and the
-        # worker's decode) cost ~1 ms per 256-item batch for nothing; workers read
-        # each message's own `body_encoding`, so either form is accepted.
+        # Plain JSON bodies: kombu's default base64 of the body (and the worker's
+        # decode) is work for nothing; workers read each message's own
+        # `body_encoding`, so either form is accepted.
         broker_transport_options={"body_encoding": None},
         task_publish_retry_policy={
             "max_retries": 3,

@@ -13,6 +13,7 @@ embedded pool pulls in SymPy, the fleet client Celery).
 
 from __future__ import annotations
 
+import abc
 import importlib
 import os
 import time
@@ -28,6 +29,7 @@ from workers.models import GradeOptions, RolloutLike, Verdict
 
 __all__ = [
     "Grader",
+    "GraderBase",
     "GraderFactory",
     "ProgressFn",
     "open_grader",
@@ -123,11 +125,23 @@ def open_grader(
     return factory(url or None, options, settings or ProducerSettings())
 
 
-class _GraderBase:
-    """Context manager plumbing shared by the built-in graders."""
+class GraderBase(abc.ABC):
+    """A base for `Grader` implementations: the context-manager plumbing around
+    `grade` and `close` (subclassing it is optional; the protocol is what counts)."""
 
+    @abc.abstractmethod
+    def grade(
+        self,
+        rollouts: Sequence[RolloutLike],
+        *,
+        on_progress: ProgressFn | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Verdict]:
+        """See `Grader.grade`."""
+
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """See `Grader.close`."""
 
     def __enter__(self) -> Self:
         return self
@@ -145,7 +159,7 @@ def _deadline_at(deadline_s: float | None) -> float | None:
     return None if deadline_s is None else time.monotonic() + deadline_s
 
 
-class _EmbeddedGrader(_GraderBase):
+class _EmbeddedGrader(GraderBase):
     """The local pool: worker processes on this machine, each with its own sandbox."""
 
     def __init__(self, options: GradeOptions, settings: ProducerSettings) -> None:
@@ -196,7 +210,7 @@ class _EmbeddedGrader(_GraderBase):
         self._pool.close()
 
 
-class _FleetGrader(_GraderBase):
+class _FleetGrader(GraderBase):
     """A Celery fleet through Redis (`GradingClient`)."""
 
     def __init__(

@@ -7,22 +7,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+
+from workers.urls import redact_url
+
+__all__ = ["CACHE_FILE_NAME", "ProducerSettings", "default_cache_dir", "redact_url"]
 
 CACHE_FILE_NAME = "cache.sqlite3"
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by `***` (safe to print)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
 def default_cache_dir(environ: Mapping[str, str]) -> Path:

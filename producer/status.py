@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from producer.errors import BrokerUnavailableError
-from producer.settings import redact_url
 from workers.contract import GRADE_BATCH, QUEUE
+from workers.urls import redact_url
 
 __all__ = [
     "FleetStatus",
@@ -169,7 +169,7 @@ def _queue_depth(broker_url: str, timeout_s: float) -> tuple[int, int | None]:
         ) from exc
     finally:
         client.close()
-    return depths[(QUEUE, "ready")], depths.get((QUEUE, "unacked"))
+    return depths.ready[QUEUE], depths.unacked
 
 
 def _worker(name: str, stats: dict[str, Any]) -> WorkerStatus:

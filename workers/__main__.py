@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from workers.settings import WorkerSettings
+from workers.urls import connect_url, read_secret
 
 __all__ = ["build_parser", "main", "settings_from_args"]
 
@@ -18,6 +19,7 @@ _OPTION_FIELDS = {
     "item_timeout_s": "item_timeout_s",
     "item_memory_mb": "item_memory_mb",
     "metrics_port": "metrics_port",
+    "metrics_addr": "metrics_addr",
     "loglevel": "loglevel",
     "hostname": "hostname",
 }
@@ -29,11 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start a grading worker (options override GRADEFLEET_* env).",
     )
     add = parser.add_argument
-    add("--broker", metavar="URL", help="Redis URL [GRADEFLEET_BROKER_URL]")
+    add(
+        "--broker",
+        metavar="URL",
+        help="Redis URL [GRADEFLEET_BROKER_URL]; the password goes in "
+        "GRADEFLEET_REDIS_PASSWORD(_FILE), not here: argv is visible to `ps`",
+    )
     add("--concurrency", type=int, help="prefork processes [GRADEFLEET_CONCURRENCY]")
     add("--item-timeout-s", type=float, help="per-item deadline (default 5)")
     add("--item-memory-mb", type=int, help="per-item memory cap (default 1024)")
     add("--metrics-port", type=int, help="Prometheus port, 0 = off (default 0)")
+    add(
+        "--metrics-addr",
+        metavar="ADDR",
+        help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 to "
+        "serve other machines) [GRADEFLEET_METRICS_ADDR]",
+    )
     add("--loglevel", help="Celery log level (default INFO)")
     add("--hostname", help="Celery node name, e.g. worker1@%%h")
     return parser
@@ -49,8 +62,11 @@ def settings_from_args(
         for option, field in _OPTION_FIELDS.items()
         if getattr(args, option) is not None
     }
-    if "broker_url" in changes and "GRADEFLEET_CACHE_URL" not in environ:
-        changes["cache_url"] = changes["broker_url"]
+    if "broker_url" in changes:
+        password = read_secret(environ, "GRADEFLEET_REDIS_PASSWORD")
+        changes["broker_url"] = connect_url(changes["broker_url"], password=password)
+        if "GRADEFLEET_CACHE_URL" not in environ:
+            changes["cache_url"] = changes["broker_url"]
     return settings.replace(**changes) if changes else settings
 
 
@@ -68,7 +84,12 @@ def _setup_metrics(settings: WorkerSettings) -> None:
     prepare_multiprocess_dir(Path(path))
     if settings.metrics_port:
         client = redis.Redis.from_url(settings.broker_url, socket_timeout=2)
-        start_metrics_server(settings.metrics_port, redis_client=client, queues=[QUEUE])
+        start_metrics_server(
+            settings.metrics_port,
+            addr=settings.metrics_addr,
+            redis_client=client,
+            queues=[QUEUE],
+        )
 
 
 def worker_argv(settings: WorkerSettings) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.worker import control
 
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
 from workers.contract import QUEUE
@@ -27,11 +28,26 @@ _SOFT_LIMIT_MARGIN_S = 10.0
 _HARD_LIMIT_MARGIN_S = 30.0
 
 
+# Celery's remote control answers anyone who can write to the broker: `shutdown`,
+# `pool_restart`, `revoke`, `rate_limit`, ... are one broadcast away. A worker keeps
+# only the read-only commands `gradefleet status` sends (`producer.status`).
+REMOTE_CONTROL_COMMANDS = frozenset({"ping", "stats"})
+
+
+def _limit_remote_control() -> None:
+    # Panel.data is Celery's global registry of commands, read by the worker's
+    # mailbox (celery.worker.pidbox) when the consumer starts; trimmed here, in the
+    # worker's own process, before that.
+    for name in list(control.Panel.data):
+        if name not in REMOTE_CONTROL_COMMANDS:
+            del control.Panel.data[name]
+
+
 def _on_worker_init(**_: Any) -> None:
     # In the main process, before the pool forks: every prefork child then starts
     # with the verifier (SymPy) already imported and warm, in pages it shares with
-    # its siblings, instead of importing it again on its own (~0.5 s and ~40 MB
-    # each); frozen first, so no collection in a child touches (and copies) them.
+    # its siblings, instead of importing it again on its own (time and memory
+    # per child); frozen first, so no collection in a child touches (and copies) them.
     warm_up_verifier()
     gc.collect()
     gc.freeze()
@@ -44,7 +60,7 @@ def _on_process_init(**_: Any) -> None:
     warm_up_verifier()  # already done before the fork (a no-op then); else now
     # Move everything alive now (SymPy's and Celery's objects) out of the collector's
     # sight, as `childproc.fork_child` does for sandboxes and local workers: a full
-    # collection otherwise walks them all, ~0.1 s each, about once per 20 batches.
+    # collection otherwise walks them all, every few dozen batches.
     gc.collect()
     gc.freeze()
 
@@ -61,6 +77,7 @@ def _time_limits_s(settings: WorkerSettings) -> tuple[float, float]:
 def create_app(settings: WorkerSettings) -> Celery:
     """A Celery app for the fleet: JSON only, late acks, prefetch 1, named task."""
     configure(settings)
+    _limit_remote_control()
     soft_s, hard_s = _time_limits_s(settings)
     app = Celery("gradefleet", broker=settings.broker_url, backend=settings.backend_url)
     app.conf.update(

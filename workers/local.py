@@ -5,13 +5,13 @@ is a `SqliteResultCache` file shared by the pool's processes (or none).
 
 Why plain `os.fork` workers talking length-prefixed JSON over pipes (the sandbox's own
 machinery) rather than multiprocessing: the parent has already imported the verifier,
-so each worker starts warm in milliseconds (a forkserver or spawn worker re-imports
-SymPy, ~1 s each); nothing is pickled, so any grade function (tests inject hostile ones)
-crosses as-is; and it works from any parent, daemonic or not. The usual fork hazard, a
-lock held by another parent thread, does not bite: a worker closes every inherited fd,
-freezes inherited objects (no finalizer of the parent's files runs in it), never
-returns into the parent's code, and CPython re-initialises its import/logging locks at
-fork. Workers die with the parent (PR_SET_PDEATHSIG).
+so each worker starts warm (a forkserver or spawn worker would import SymPy again);
+nothing is pickled, so any grade function (tests inject hostile ones) crosses as-is;
+and it works from any parent, daemonic or not. The usual fork hazard, a lock held
+by another parent thread, does not bite: a worker closes every inherited fd, freezes
+inherited objects (no finalizer of the parent's files runs in it), never returns into
+the parent's code, and CPython re-initialises its import/logging locks at fork.
+Workers die with the parent (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations

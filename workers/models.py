@@ -181,3 +181,14 @@ class Verdict:
 
     def replace(self, **changes: Any) -> Verdict:
         return dataclasses.replace(self, **changes)
+
+
+# The verdict's fields, named once: every consumer (the cache's entries, the CLI's
+# output lines, the copies a batch hands to duplicate answers) takes its list here.
+VERDICT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Verdict))
+# Read from the response itself: they differ between responses with the same answer.
+PER_RESPONSE_FIELDS = ("format_valid", "extracted", "extraction_method")
+# Decided by (grader version, options, canonical answer, gold): what the cache stores.
+ANSWER_FIELDS = tuple(
+    name for name in VERDICT_FIELDS if name not in {*PER_RESPONSE_FIELDS, "cached"}
+)

@@ -7,6 +7,7 @@ after the fork (`workers.app` wires the Celery signals).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 import redis
@@ -14,6 +15,7 @@ import redis
 from workers.batch import BatchGrader
 from workers.cache import RedisResultCache
 from workers.connections import RedisClients
+from workers.errors import ConfigError
 from workers.metrics import WorkerMetrics
 from workers.models import Verdict
 from workers.sandbox import GradeFn, Sandbox
@@ -90,11 +92,18 @@ class WorkerRuntime:
 
 
 def _grade_fn(settings: WorkerSettings) -> GradeFn | None:
-    if not settings.test_hooks:
+    if settings.test_hooks_path is None:
         return None
-    from workers import testhooks  # test-only; imported only when enabled
-
-    return testhooks.hooked_grade
+    # Test-only: the file lives in the test tree and is loaded only when named.
+    spec = importlib.util.spec_from_file_location(
+        "gradefleet_test_hooks", settings.test_hooks_path
+    )
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"cannot load test hooks from {settings.test_hooks_path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hooked: GradeFn = module.hooked_grade
+    return hooked
 
 
 def _sandbox(settings: WorkerSettings, observer: TaskObserver) -> Sandbox:

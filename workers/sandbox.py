@@ -190,7 +190,8 @@ class Sandbox:
     # --- internals ---
 
     def _wire_options(self, options: GradeOptions) -> dict[str, Any]:
-        # asdict() costs ~10 µs; callers pass the same options object item after item.
+        # asdict() is costly next to a lookup; callers pass the same options object
+        # item after item.
         if options is not self._last_options[0]:
             self._last_options = (options, options.to_dict())
         return self._last_options[1]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from workers.errors import ConfigError
 from workers.sizing import MAX_AUTO_BATCH_SIZE
+from workers.urls import connect_url, read_secret
 
 __all__ = ["WorkerSettings"]
 
@@ -28,6 +29,9 @@ class WorkerSettings:
         item_memory_mb: address-space cap of the sandbox child.
         cache_ttl_s: lifetime of a cached verdict.
         metrics_port: port of the Prometheus endpoint; 0 turns it off.
+        metrics_addr: address the endpoint binds: loopback by default, so that
+            nothing outside the machine can scrape (or load the broker through) it;
+            the container image sets 0.0.0.0 (`GRADEFLEET_METRICS_ADDR`).
         metrics_dir: prometheus_client multiprocess directory (None: a temp dir).
         max_attempts: deliveries of one batch that may die before its remaining
             items are answered `error` (poison batch).
@@ -36,7 +40,8 @@ class WorkerSettings:
             make batches of at most 512 unless told otherwise).
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
-        test_hooks: enable the test-only magic responses (never in production).
+        test_hooks_path: a Python file whose `hooked_grade` replaces the verifier
+            in the sandbox: the test tree's misbehaving grader (never in production).
     """
 
     broker_url: str = DEFAULT_BROKER_URL
@@ -47,13 +52,14 @@ class WorkerSettings:
     item_memory_mb: int = 1024
     cache_ttl_s: int = 86_400
     metrics_port: int = 0
+    metrics_addr: str = "127.0.0.1"
     metrics_dir: str | None = None
     max_attempts: int = 3
     recycle_after_items: int = 500
     max_batch_size: int = MAX_AUTO_BATCH_SIZE
     hostname: str | None = None
     loglevel: str = "INFO"
-    test_hooks: bool = False
+    test_hooks_path: str | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -94,26 +100,38 @@ class WorkerSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
-        """Read `GRADEFLEET_*` variables (the only env reader on the worker side)."""
+        """Read `GRADEFLEET_*` variables (the only env reader on the worker side).
+
+        The Redis password comes from `GRADEFLEET_REDIS_PASSWORD` or the file named
+        by `GRADEFLEET_REDIS_PASSWORD_FILE` (never argv) and goes into every URL
+        that has none (`urls.connect_url`, which also sets `rediss://` defaults).
+        """
         env = os.environ if environ is None else environ
+        password = read_secret(env, "GRADEFLEET_REDIS_PASSWORD")
+
+        def url(raw: str) -> str:
+            return connect_url(raw, password=password)
+
         broker = env.get("GRADEFLEET_BROKER_URL", DEFAULT_BROKER_URL)
         cache = env.get("GRADEFLEET_CACHE_URL", broker)
+        backend = env.get("GRADEFLEET_RESULT_BACKEND") or None
         return cls(
-            broker_url=broker,
-            result_backend=env.get("GRADEFLEET_RESULT_BACKEND") or None,
-            cache_url=None if cache.strip().lower() in ("", "none") else cache,
+            broker_url=url(broker),
+            result_backend=None if backend is None else url(backend),
+            cache_url=None if cache.strip().lower() in ("", "none") else url(cache),
             concurrency=_int(env, "GRADEFLEET_CONCURRENCY", 2),
             item_timeout_s=_float(env, "GRADEFLEET_ITEM_TIMEOUT_S", 5.0),
             item_memory_mb=_int(env, "GRADEFLEET_ITEM_MEMORY_MB", 1024),
             cache_ttl_s=_int(env, "GRADEFLEET_CACHE_TTL_S", 86_400),
             metrics_port=_int(env, "GRADEFLEET_METRICS_PORT", 0),
+            metrics_addr=env.get("GRADEFLEET_METRICS_ADDR") or "127.0.0.1",
             metrics_dir=env.get("GRADEFLEET_METRICS_DIR") or None,
             max_attempts=_int(env, "GRADEFLEET_MAX_ATTEMPTS", 3),
             recycle_after_items=_int(env, "GRADEFLEET_RECYCLE_AFTER_ITEMS", 500),
             max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", MAX_AUTO_BATCH_SIZE),
             hostname=env.get("GRADEFLEET_HOSTNAME") or None,
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
-            test_hooks=env.get("GRADEFLEET_TEST_HOOKS", "") == "1",
+            test_hooks_path=env.get("GRADEFLEET_TEST_HOOKS") or None,
         )
 
 

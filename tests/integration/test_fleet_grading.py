@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
-import os
 import random
-import signal
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -20,6 +16,8 @@ from producer.client import GradingClient, Rollout
 from producer.errors import DeadlinePassedError
 from producer.grader import open_grader
 from producer.settings import ProducerSettings
+from tests.helpers import hostile_grade, real_rollouts
+from tests.hooks import ABORT, HANG, OOM, hooked_grade
 from workers import verifier
 from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire
 from workers.local import LocalPool
@@ -31,29 +29,8 @@ from workers.protocol import (
     results_from_wire,
     task_meta_key,
 )
-from workers.testhooks import ABORT, HANG, OOM, hooked_grade
 
 pytestmark = pytest.mark.integration
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-def _real_rollouts() -> list[Rollout]:
-    """Qwen2.5-Math (800) and GSM8K (5,276) real outputs with their golds."""
-    rollouts = []
-    with (DATA / "qwen25math_math_cot_100.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            rollouts += [Rollout(code, record["gt"]) for code in record["code"]]
-    with (DATA / "gsm8k_example_model_solutions.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            for key, value in record.items():
-                if key in ("question", "ground_truth"):
-                    continue
-                sample = value if isinstance(value, dict) else ast.literal_eval(value)
-                rollouts.append(Rollout(sample["solution"], record["ground_truth"]))
-    return rollouts
 
 
 def _expected(rollouts: list[Rollout]) -> list[Verdict]:
@@ -69,9 +46,15 @@ def _same(got: Verdict, want: Verdict) -> bool:
     return got.replace(cached=False) == want.replace(cached=False)
 
 
+def _differing(first: list[Verdict], second: list[Verdict]) -> list[int]:
+    """Indexes where two verdict lists differ (apart from the cache flag)."""
+    pairs = zip(first, second, strict=True)
+    return [i for i, (a, b) in enumerate(pairs) if not _same(a, b)]
+
+
 def test_fleet_grades_10k_real_rollouts_in_order_like_grade(fleet):
     # Given 10,000 real rollouts (the real data, repeated and shuffled)
-    base = _real_rollouts()
+    base = real_rollouts()
     rollouts = (base * 2)[:10_000]
     random.Random(7).shuffle(rollouts)
     want = _expected(rollouts)
@@ -86,7 +69,7 @@ def test_fleet_grades_10k_real_rollouts_in_order_like_grade(fleet):
 
 def test_fleet_verdicts_equal_embedded_local_pool(fleet):
     # Given real rollouts with the hostile items mixed in
-    rollouts = _real_rollouts()[::3] + _hostile_batch()
+    rollouts = real_rollouts()[::3] + _hostile_batch()
     # When the fleet and the embedded pool (same limits, no cache) grade them
     with GradingClient(fleet.redis_url, deadline_s=60) as client:
         remote = client.grade(rollouts)
@@ -99,15 +82,13 @@ def test_fleet_verdicts_equal_embedded_local_pool(fleet):
     ) as pool:
         local = pool.grade(rollouts, GradeOptions())
     # Then the verdicts are identical (apart from the cache flag)
-    diff = [
-        i for i, (a, b) in enumerate(zip(remote, local, strict=True)) if not _same(a, b)
-    ]
+    diff = _differing(remote, local)
     assert diff == [], (len(diff), remote[diff[0]], local[diff[0]])
 
 
 def test_fleet_and_embedded_graders_give_identical_verdicts(fleet):
     # Given real rollouts
-    rollouts = _real_rollouts()[::7]
+    rollouts = real_rollouts()[::7]
     settings = ProducerSettings(processes=2, cache_dir=None, deadline_s=60)
     # When the same rollouts go through the fleet's and the embedded `Grader`
     got = {}
@@ -117,11 +98,7 @@ def test_fleet_and_embedded_graders_give_identical_verdicts(fleet):
             got[url] = grader.grade(rollouts, on_progress=ticks.append, deadline_s=60)
         assert sum(ticks) == len(rollouts)
     # Then the verdicts are identical (apart from the cache flag)
-    remote, local = got[fleet.redis_url], got[None]
-    diff = [
-        i for i, (a, b) in enumerate(zip(remote, local, strict=True)) if not _same(a, b)
-    ]
-    assert diff == []
+    assert _differing(got[fleet.redis_url], got[None]) == []
 
 
 def test_fleet_duplicate_answers_graded_once(fleet, fleet_redis):
@@ -327,16 +304,6 @@ def test_fleet_poison_batch_answered_error_not_looped(fleet, fleet_redis, wait_u
     assert pairs[0][1].reason == "poison batch: its worker was lost 3 times"
 
 
-def _kill_my_worker(
-    response: str, gold: str, *, options: GradeOptions | None = None
-) -> Verdict:
-    """`verifier.grade`, except that it kills its local worker on every delivery."""
-    if "kill-my-worker" in response:
-        os.kill(os.getppid(), signal.SIGKILL)  # the sandbox child's parent
-        time.sleep(60)
-    return verifier.grade(response, gold, options=options)
-
-
 def test_fleet_and_local_pool_give_the_same_poison_batch_verdicts(
     fleet, fleet_redis, wait_until
 ):
@@ -362,7 +329,7 @@ def test_fleet_and_local_pool_give_the_same_poison_batch_verdicts(
         item_timeout_s=5.0,
         item_memory_bytes=1024 * 1024 * 1024,
         cache_path=None,
-        grade_fn=_kill_my_worker,
+        grade_fn=hostile_grade,
         max_attempts=3,
     ) as pool:
         local = pool.grade([Rollout(r, g) for _, r, g in items], GradeOptions())

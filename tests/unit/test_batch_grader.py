@@ -14,6 +14,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.helpers import QWEN_FILE
 from workers import verifier
 from workers.batch import BatchGrader, GradeItem
 from workers.cache import RedisResultCache, SqliteResultCache
@@ -21,7 +22,6 @@ from workers.errors import CacheError
 from workers.models import GradeOptions, Status, Verdict
 from workers.sandbox import Sandbox
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "qwen25math_math_cot_100.jsonl"
 OPTIONS = GradeOptions()
 MIB = 1 << 20
 # Set by a test before the sandbox forks; the child inherits it and logs each call.
@@ -42,7 +42,7 @@ def logging_grade(
 
 def load_rollouts(limit: int) -> list[GradeItem]:
     items: list[GradeItem] = []
-    with DATA.open() as f:
+    with QWEN_FILE.open() as f:
         for line in f:
             record = json.loads(line)
             for response in record["code"]:

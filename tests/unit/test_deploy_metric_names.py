@@ -131,7 +131,11 @@ def test_deploy_metric_names_dashboard_shows_every_worker_metric():
     registry = CollectorRegistry()
     WorkerMetrics(registry)
     families = {family.name for family in registry.collect()}
-    families |= {"gradefleet_queue_depth", "gradefleet_queue_depth_up"}
+    families |= {
+        "gradefleet_queue_depth",
+        "gradefleet_broker_unacked",
+        "gradefleet_queue_depth_up",
+    }
     shown = {name for expr in dashboard_exprs() for name in metric_names(expr)}
     missing = {
         family

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 
 import pytest
 
 from producer.errors import DeadlinePassedError, InvalidRolloutError, ProducerError
-from producer.grader import Grader, ProgressFn, open_grader, register_scheme
+from producer.grader import (
+    Grader,
+    GraderBase,
+    ProgressFn,
+    open_grader,
+    register_scheme,
+)
 from producer.settings import ProducerSettings
 from workers import verifier
 from workers.models import GradeOptions, Rollout, RolloutLike, Verdict
@@ -54,7 +59,7 @@ def test_grader_unknown_scheme_is_a_producer_error() -> None:
         open_grader("ftp://example.invalid/")
 
 
-class _EchoGrader:
+class _EchoGrader(GraderBase):
     """A grader of another transport, as a registered scheme would provide."""
 
     def __init__(self, url: str | None) -> None:
@@ -72,17 +77,6 @@ class _EchoGrader:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> _EchoGrader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 def test_grader_registered_scheme_gets_the_url() -> None:
     def factory(
@@ -91,6 +85,7 @@ def test_grader_registered_scheme_gets_the_url() -> None:
         return _EchoGrader(url)
 
     register_scheme("echo-test", factory)
-    grader = open_grader("ECHO-TEST://somewhere:1/")
-    assert isinstance(grader, _EchoGrader)
-    assert grader.url == "ECHO-TEST://somewhere:1/"
+    with open_grader("ECHO-TEST://somewhere:1/") as grader:
+        assert isinstance(grader, _EchoGrader)
+        assert grader.url == "ECHO-TEST://somewhere:1/"
+        assert grader.grade([ROLLOUTS[0]]) == [verifier.grade("so \\boxed{0}", "0")]

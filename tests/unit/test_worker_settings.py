@@ -23,7 +23,8 @@ def test_worker_settings_defaults_from_empty_env():
     assert settings.item_memory_bytes == 1024 * 1024 * 1024
     assert settings.max_attempts == 3
     assert settings.metrics_port == 0
-    assert settings.test_hooks is False
+    assert settings.metrics_addr == "127.0.0.1"  # loopback outside the image
+    assert settings.test_hooks_path is None
 
 
 def test_worker_settings_read_every_variable():
@@ -38,8 +39,9 @@ def test_worker_settings_read_every_variable():
             "GRADEFLEET_CACHE_TTL_S": "60",
             "GRADEFLEET_METRICS_PORT": "9100",
             "GRADEFLEET_METRICS_DIR": "/tmp/m",
+            "GRADEFLEET_METRICS_ADDR": "0.0.0.0",
             "GRADEFLEET_MAX_ATTEMPTS": "5",
-            "GRADEFLEET_TEST_HOOKS": "1",
+            "GRADEFLEET_TEST_HOOKS": "/t/hooks.py",
         }
     )
     assert settings.backend_url == "redis://r:1/0"
@@ -47,8 +49,9 @@ def test_worker_settings_read_every_variable():
     assert (settings.concurrency, settings.item_timeout_s) == (3, 2.5)
     assert (settings.item_memory_mb, settings.cache_ttl_s) == (256, 60)
     assert (settings.metrics_port, settings.metrics_dir) == (9100, "/tmp/m")
+    assert settings.metrics_addr == "0.0.0.0"
     assert settings.max_attempts == 5
-    assert settings.test_hooks is True
+    assert settings.test_hooks_path == "/t/hooks.py"
 
 
 @pytest.mark.parametrize(
@@ -120,3 +123,26 @@ def test_worker_main_process_warms_the_verifier_before_the_pool_forks():
         timeout=120,
     )
     assert completed.stdout.split() == ["False", "True", "True"]
+
+
+def test_worker_settings_password_from_env_goes_into_every_url():
+    env = {
+        "GRADEFLEET_BROKER_URL": "rediss://b:1/0",
+        "GRADEFLEET_RESULT_BACKEND": "redis://r:1/0",
+        "GRADEFLEET_REDIS_PASSWORD": "pw",
+    }
+    settings = WorkerSettings.from_env(env)
+    assert settings.broker_url == "rediss://:pw@b:1/0?ssl_cert_reqs=required"
+    assert settings.cache_url == settings.broker_url
+    assert settings.backend_url == "redis://:pw@r:1/0"
+    args = build_parser().parse_args(["--broker", "redis://other:2/0"])
+    from_args = settings_from_args(args, env)
+    assert from_args.broker_url == "redis://:pw@other:2/0"
+    assert from_args.cache_url == from_args.broker_url
+
+
+def test_worker_settings_rediss_app_builds_without_ssl_cert_reqs():
+    # Celery's Redis backend raised ValueError on a rediss:// URL without it
+    settings = WorkerSettings.from_env({"GRADEFLEET_BROKER_URL": "rediss://h:1/0"})
+    app = create_app(settings)
+    assert app.backend.connparams["ssl_cert_reqs"] is not None
