@@ -28,6 +28,7 @@ from producer.batching import (
 )
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
 from producer.grader import Grader, open_grader
+from producer.overlap import BehindWriter, read_ahead
 from producer.settings import ProducerSettings, default_cache_dir
 from producer.status import read_fleet_status
 from workers.errors import ConfigError, GraderError
@@ -158,16 +159,22 @@ def _grade_file(
         atomic_output(output_path) as out,
         _progress(total, show_progress) as advance,
     ):
-        for chunk in chunked(read_rows(stream), CHUNK_ROWS):
-            rows = [row for row in chunk if isinstance(row, InputRow)]
-            for bad in chunk:
-                if isinstance(bad, LineError):
-                    errors(bad)
-                    advance(1)
-            verdicts = grade_rows(rows, advance) if rows else []
-            for row, verdict in zip(rows, verdicts, strict=True):
+
+        def write(graded: tuple[list[InputRow], list[Verdict]]) -> None:
+            for row, verdict in zip(*graded, strict=True):
                 out.write(dump_line(graded_record(row, verdict)))
                 summary.add(verdict)
+
+        # The next chunk is read and the previous one written while one is graded.
+        with BehindWriter(write) as writer:
+            for chunk in read_ahead(chunked(read_rows(stream), CHUNK_ROWS)):
+                rows = [row for row in chunk if isinstance(row, InputRow)]
+                for bad in chunk:
+                    if isinstance(bad, LineError):
+                        errors(bad)
+                        advance(1)
+                verdicts = grade_rows(rows, advance) if rows else []
+                writer.put((rows, verdicts))
     errors.finish()
     summary.input_errors = errors.count
     return summary

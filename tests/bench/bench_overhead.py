@@ -27,7 +27,9 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -137,6 +139,13 @@ class Fleet:
         self.redis.stop()
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds of every reaped descendant so far (a CLI's pool workers and
+    sandbox children are reaped by their parents, so they count)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _rotated(src: Path, dst: Path, shift: int) -> None:
     lines = src.read_bytes().splitlines(keepends=True)
     shift %= len(lines)
@@ -182,6 +191,7 @@ def table(work: Path, n: int, rounds: int, fleet: Fleet | None) -> None:
     names = list(runs)
     seconds: dict[str, list[float]] = {name: [] for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     for round_no in range(rounds):
         rotated = work / f"in{round_no}.jsonl"
         _rotated(src, rotated, round_no * 997)
@@ -190,9 +200,13 @@ def table(work: Path, n: int, rounds: int, fleet: Fleet | None) -> None:
         if round_no % 2:
             order = [name for name in order if "re-grade" not in name]
             at = order.index("embedded --processes 2, cache on, cold")
-            order.insert(at + 1, "embedded --processes 2, cache on, re-grade (all hits)")
+            order.insert(
+                at + 1, "embedded --processes 2, cache on, re-grade (all hits)"
+            )
         for name in order:
+            before = _children_cpu_s()
             seconds[name].append(runs[name](rotated, out))
+            cpu[name].append(_children_cpu_s() - before)
         plain = seconds[names[0]][-1]
         for name in names:
             ratios[name].append(plain / seconds[name][-1])
@@ -202,18 +216,23 @@ def table(work: Path, n: int, rounds: int, fleet: Fleet | None) -> None:
             flush=True,
         )
     print(f"\n{n:,} unique real rollouts, median of {rounds} rounds:\n")
-    print("| run | wall | rollouts/s | vs the plain loop |\n|---|---|---|---|")
+    print(
+        "| run | wall | rollouts/s | vs the plain loop | CPU us per rollout (all "
+        "processes, start-up included) |\n|---|---|---|---|---|"
+    )
     for name in names:
         wall = statistics.median(seconds[name])
         print(
             f"| {name} | {wall:.2f} s | {n / wall:,.0f} "
-            f"| {statistics.median(ratios[name]):.2f} |"
+            f"| {statistics.median(ratios[name]):.2f} "
+            f"| {statistics.median(cpu[name]) / n * 1e6:.0f} |"
         )
     cold_name = "embedded --processes 2, cache on, cold"
     hit_name = "embedded --processes 2, cache on, re-grade (all hits)"
     nocache_name = "embedded --processes 2 --no-cache"
-    hit_vs_cold = [c / h for c, h in zip(seconds[cold_name], seconds[hit_name])]
-    cold_vs_off = [o / c for o, c in zip(seconds[nocache_name], seconds[cold_name])]
+    cold_s, hit_s = seconds[cold_name], seconds[hit_name]
+    hit_vs_cold = [c / h for c, h in zip(cold_s, hit_s, strict=True)]
+    cold_vs_off = [o / c for o, c in zip(seconds[nocache_name], cold_s, strict=True)]
     print(
         f"\ncache on, cold / cache off throughput: "
         f"{statistics.median(cold_vs_off):.2f} (target >= 1.0); "
@@ -282,10 +301,10 @@ def profile(work: Path, n: int, fleet: Fleet | None) -> None:
         pids: list[int] = []
         if args[0] == "--broker":  # sample the running workers, not just the CLI
             pids = [w.proc.pid for w in fleet.workers] if fleet else []
+        spy = [py_spy, "record", "-r", "250", "-s", "-f", "raw"]
         spies = [
             subprocess.Popen(
-                [py_spy, "record", "-r", "250", "-s", "-f", "raw", "-p", str(pid)]
-                + ["-o", str(work / f"worker{pid}.txt")],
+                [*spy, "-p", str(pid), "-o", str(work / f"worker{pid}.txt")],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -294,8 +313,7 @@ def profile(work: Path, n: int, fleet: Fleet | None) -> None:
         time.sleep(1.0 if spies else 0.0)
         started = time.perf_counter()
         subprocess.run(
-            [py_spy, "record", "-r", "250", "-s", "-f", "raw", "-o", str(raw)]
-            + target,
+            [*spy, "-o", str(raw), *target],
             env=_env(),
             cwd=REPO_ROOT,
             check=True,
@@ -408,7 +426,12 @@ def hostile_step(work: Path, fleet: Fleet | None, reps: int) -> None:
         )
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # so `finally` stops the fleet's processes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=60_760)
     parser.add_argument("--rounds", type=int, default=3)

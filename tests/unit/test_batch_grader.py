@@ -257,3 +257,32 @@ def test_batch_own_fields_copy_keeps_every_other_field() -> None:
         format_valid=own.format_valid,
         cached=True,
     )
+
+
+def test_batch_extracts_each_response_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given real rollouts, a sandbox deciding with the verifier, and a parent process
+    # in which preparing (extraction) would fail loudly
+    items = load_rollouts(96)
+    expected = [
+        (it.index, verifier.grade(it.response, it.gold, options=OPTIONS))
+        for it in items
+    ]
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    with Sandbox(item_timeout_s=10.0, item_memory_bytes=512 * MIB) as box:
+        box.grade("\\boxed{1}", "1", OPTIONS)  # the child forks with the real prepare
+
+        def no_prepare_here(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the parent prepared a response")
+
+        monkeypatch.setattr(verifier, "prepare", no_prepare_here)
+        # When grading without cache, cold and warm
+        off = BatchGrader(sandbox=box, cache=None).grade(items, OPTIONS)
+        cold = BatchGrader(sandbox=box, cache=cache).grade(items, OPTIONS)
+        warm = BatchGrader(sandbox=box, cache=cache).grade(items, OPTIONS)
+    # Then only the child prepared, and the verdicts are in-process grade()'s
+    assert off == expected
+    assert cold == expected
+    assert without_cached_flag(warm) == expected
+    assert any(v.cached for _, v in warm)
