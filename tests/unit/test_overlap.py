@@ -28,10 +28,14 @@ def test_read_ahead_raises_the_source_error_where_its_item_would_come() -> None:
         yield 2
         raise OSError("disk gone")
 
-    got = []
-    with pytest.raises(OSError, match="disk gone"):
+    got: list[int] = []
+
+    def consume() -> None:
         for item in read_ahead(source()):
             got.append(item)
+
+    with pytest.raises(OSError, match="disk gone"):
+        consume()
     assert got == [1, 2]
 
 
@@ -48,6 +52,10 @@ def test_behind_writer_raises_a_write_error_in_the_caller() -> None:
         if item == 3:
             raise OSError("no space left")
 
-    with pytest.raises(OSError, match="no space left"), BehindWriter(write) as writer:
-        for k in range(100):
-            writer.put(k)
+    def write_all() -> None:
+        with BehindWriter(write) as writer:
+            for k in range(100):
+                writer.put(k)
+
+    with pytest.raises(OSError, match="no space left"):
+        write_all()
