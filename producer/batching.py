@@ -63,6 +63,8 @@ VERDICT_FIELDS = tuple(
 )
 LINE_FIELD = "gradefleet_line"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Built once: `json.dumps` with a non-default argument builds an encoder per call.
+_LINE_JSON = json.JSONEncoder(ensure_ascii=False).encode
 # Longer lines are rejected without being held in memory (a CoT is ~1-20 KB).
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -220,10 +222,12 @@ def dump_line(record: Mapping[str, Any]) -> str:
     JSON escape instead, which reads back as the same string. Surrogates only
     ever sit inside JSON strings, so the escape keeps the line valid JSON.
     """
-    return (
-        _LONE_SURROGATE.sub(_escape_surrogate, json.dumps(record, ensure_ascii=False))
-        + "\n"
-    )
+    line = _LINE_JSON(record)
+    try:
+        line.encode("utf-8")  # C speed; the escape pass is for the rare line that fails
+    except UnicodeEncodeError:
+        line = _LONE_SURROGATE.sub(_escape_surrogate, line)
+    return line + "\n"
 
 
 @contextlib.contextmanager
