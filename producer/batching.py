@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+import orjson
 
 from workers import models
 from workers.contract import text_error
@@ -63,7 +66,8 @@ VERDICT_FIELDS = tuple(
 )
 LINE_FIELD = "gradefleet_line"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# Built once: `json.dumps` with a non-default argument builds an encoder per call.
+# The stdlib's way, for what orjson refuses or writes otherwise (see `dump_line`);
+# built once: `json.dumps` with a non-default argument builds an encoder per call.
 _LINE_JSON = json.JSONEncoder(ensure_ascii=False).encode
 # Longer lines are rejected without being held in memory (a CoT is ~1-20 KB).
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -217,17 +221,44 @@ def _escape_surrogate(match: re.Match[str]) -> str:
 def dump_line(record: Mapping[str, Any]) -> str:
     """One JSONL line (UTF-8 kept readable, newline included).
 
-    A lone surrogate (input JSON may carry `"\\ud800"`, and the verdict's
-    `extracted` may echo it) cannot be written as UTF-8; it is written as its
-    JSON escape instead, which reads back as the same string. Surrogates only
-    ever sit inside JSON strings, so the escape keeps the line valid JSON.
+    Written by orjson (compact, several times faster than the stdlib: the CLI
+    encodes every line on one core). What orjson cannot write as the stdlib reads
+    it back goes through the stdlib instead: a lone surrogate (input JSON may carry
+    `"\\ud800"`, and the verdict's `extracted` may echo it) is written as its JSON
+    escape, which reads back as the same string and keeps the line valid JSON; an
+    integer beyond 64 bits as it is; NaN or Infinity as the stdlib writes them
+    (orjson would write null).
     """
+    try:
+        line = orjson.dumps(record)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, a huge integer
+        return _stdlib_line(record)
+    if b"null" in line and _has_non_finite_float(record):
+        return _stdlib_line(record)
+    return line.decode() + "\n"
+
+
+def _stdlib_line(record: Mapping[str, Any]) -> str:
     line = _LINE_JSON(record)
     try:
-        line.encode("utf-8")  # C speed; the escape pass is for the rare line that fails
+        line.encode("utf-8")
     except UnicodeEncodeError:
         line = _LONE_SURROGATE.sub(_escape_surrogate, line)
     return line + "\n"
+
+
+def _has_non_finite_float(value: Any) -> bool:
+    """Whether a NaN or an infinity sits anywhere in `value` (parsed JSON)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 @contextlib.contextmanager
