@@ -11,9 +11,9 @@ separate process bounds it. The parent sends a chunk of items in one frame; the 
 prepares each (extraction and parsing, answering with its decision key), the parent
 picks the items still to decide (not in its cache, not a duplicate) and the child
 decides those, answering one frame per item. The parent waits for each answer with
-`poll` under that item's own deadline (which starts when the previous answer arrived,
-and covers both steps of an item), sampling the child's RSS meanwhile. On a kill the
-chunk's unanswered items are re-sent to a fresh child.
+`poll` under that item's own deadline (which starts when the previous answer arrived;
+the preparing and the deciding of an item each get one), sampling the child's RSS
+meanwhile. On a kill the chunk's unanswered items are re-sent to a fresh child.
 
 `item_memory_bytes` is the memory one item may use *above the warm child's baseline*
 (the parent's size at fork time): RLIMIT_AS in the child is baseline VM + cap, and the
@@ -43,7 +43,7 @@ from workers.models import (
     Verdict,
 )
 from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
-from workers.sizing import SANDBOX_FRAME_ITEMS
+from workers.sizing import RECYCLE_AFTER_ITEMS, SANDBOX_FRAME_ITEMS
 from workers.verdicts import failure_verdict
 
 __all__ = [
@@ -190,7 +190,7 @@ class Sandbox:
         *,
         item_timeout_s: float,
         item_memory_bytes: int,
-        recycle_after_items: int = 500,
+        recycle_after_items: int = RECYCLE_AFTER_ITEMS,
         on_restart: Callable[[str], None] | None = None,
         grade_fn: GradeFn | None = None,
         address_space_bytes: int | None = None,
@@ -249,7 +249,7 @@ class Sandbox:
         it; an item it skips comes back with its `prep` and no verdict (the caller
         has one from its cache or from a duplicate). An item that failed (deadline,
         memory cap, crash) comes back with a failure verdict, its `prep` None when
-        it failed before being prepared. Each item's two steps share one deadline.
+        it failed before being prepared. Each step of an item has the item deadline.
         """
         results: list[ItemResult | None] = [None] * len(pairs)
         chosen: set[int] = set()  # selected once: decided even if re-sent
@@ -432,8 +432,10 @@ class Sandbox:
         """Collect the verdicts of `wanted`; False if the child had to go first."""
         previous = time.perf_counter()
         for _index, position, prep, prepare_s in wanted:
-            # The item's deadline covers both steps: what preparing it left.
-            outcome, reply = self._await_reply(child, self._timeout_s - prepare_s)
+            # A full deadline for the decision: preparing is bounded string work, and
+            # a fresh child's first items (page faults over the warm heap) must not
+            # eat into the time an innocent item gets to be decided.
+            outcome, reply = self._await_reply(child, self._timeout_s)
             now = time.perf_counter()
             duration_s, previous = prepare_s + now - previous, now
             if outcome is not _Outcome.REPLY:

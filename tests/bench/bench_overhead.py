@@ -14,9 +14,11 @@ unique response (no cache hit within a cold run); lines are shuffled. Round r ru
 rows in an order rotated by r. The CLI's wall time is the one its summary prints
 (pool start-up and verifier warm-up included); the plain loop's excludes its imports.
 
-`--profile` samples every process of one embedded run (and one fleet run) with
-py-spy and charges each sample to a category by the innermost frame of ours it is
-in: the per-process table of where each microsecond per rollout goes.
+`--profile` prints where each microsecond per rollout goes: the CPU of each process
+of an embedded run (CLI, pool workers, sandbox children; a run of 3n minus one of n,
+so start-up drops out) and of a fleet run (producer, Celery main process, prefork
+child, sandbox child, redis-server, read from /proc), and each step of the path
+(read, prepare, grade, cache, IPC, write) timed alone on the same rollouts.
 """
 
 from __future__ import annotations
@@ -240,127 +242,248 @@ def table(work: Path, n: int, rounds: int, fleet: Fleet | None) -> None:
     )
 
 
-# --- --profile: py-spy over every process of one run ---
+# --- --profile: CPU per rollout by process, and by step ---
 
-_CATEGORIES: Sequence[tuple[str, tuple[str, ...]]] = (
-    ("write", ("graded_record", "dump_line", "atomic_output")),
-    ("read", ("read_rows", "parse_line", "_count_rows")),
-    ("cache", ("workers/cache.py", "sqlite")),
-    ("prepare", ("prepare (workers/verifier", "failure_verdict")),
-    ("grade", ("_child_grade", "grade (workers/verifier", "decide (workers/verifier")),
-    ("Redis", ("redis/", "hiredis")),
-    ("Celery", ("celery/", "kombu/", "billiard/")),
-    ("IPC", ("childproc.py", "sandbox.py", "sandbox_child.py", "local.py", "json/")),
-)
-
-
-def _category(stack: str) -> str:
-    # Idle waits first; then the first category (in this order) any frame names: a
-    # verifier frame under `prepare` is preparing, a Redis call under the cache is
-    # the cache's.
-    frames = stack.split(";")
-    if frames and any(w in frames[-1] for w in ("poll", "select", "sleep", "wait")):
-        return "idle"
-    for name, needles in _CATEGORIES:
-        if any(needle in frame for frame in frames for needle in needles):
-            return name
-    return "other"
+_ROLES = """
+import os, resource, sys
+import workers.local as local
+inner = local._worker_main
+def counted(to_fd, from_fd, config):
+    try:
+        return inner(to_fd, from_fd, config)
+    finally:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        os.write(2, f"ROLE pool {me.ru_utime + me.ru_stime} "
+                    f"{kids.ru_utime + kids.ru_stime}\\n".encode())
+local._worker_main = counted
+from producer.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+me = resource.getrusage(resource.RUSAGE_SELF)
+print(f"ROLE cli {me.ru_utime + me.ru_stime}", file=sys.stderr)
+"""
 
 
-def _role(stack: str, pid: str, roles: dict[str, str]) -> str:
-    if pid in roles:
-        return roles[pid]
-    if "_child_loop" in stack:
-        return "sandbox child"
-    if "_worker_loop" in stack:
-        return "pool worker"
-    if "BatchRun" in stack or "tasks.py" in stack:
-        return "fleet worker"
-    if "producer/cli.py" in stack or "producer/" in stack:
-        return "CLI"
-    return ""
+def _embedded_roles(src: Path, dst: Path) -> dict[str, float]:
+    """CPU seconds of the CLI, its pool workers and their sandbox children."""
+    args = ["--processes", "2", "--no-cache", "--item-timeout-s", str(ITEM_TIMEOUT_S)]
+    done = subprocess.run(
+        [sys.executable, "-c", _ROLES, "grade", str(src), "-o", str(dst), "-q", *args],
+        env=_env(),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    roles = {"CLI": 0.0, "pool worker": 0.0, "sandbox child": 0.0}
+    for line in done.stderr.splitlines():
+        parts = line.split()
+        if parts[:2] == ["ROLE", "cli"]:
+            roles["CLI"] += float(parts[2])
+        elif parts[:2] == ["ROLE", "pool"]:
+            roles["pool worker"] += float(parts[2])
+            roles["sandbox child"] += float(parts[3])
+    return roles
 
 
-def profile(work: Path, n: int, fleet: Fleet | None) -> None:
-    py_spy = shutil.which("py-spy")
-    if py_spy is None:
-        print("--profile needs py-spy (pip install py-spy)")
-        return
+def _plain_cpu_s(src: Path, dst: Path) -> float:
+    before = _children_cpu_s()
+    plain_loop_s(src, dst)
+    return _children_cpu_s() - before
+
+
+def profile(work: Path, n: int) -> None:
+    """Per process: the CPU each rollout costs (the difference of a run of 3n and
+    of n rollouts, so start-up drops out); per step: each step timed alone on the
+    same rollouts in this process."""
+    small, large = work / "p1.jsonl", work / "p3.jsonl"
+    write_input(large, 3 * n)
+    small.write_bytes(b"".join(large.read_bytes().splitlines(keepends=True)[:n]))
+    out = work / "out.jsonl"
+    per: dict[str, list[float]] = collections.defaultdict(list)
+    for _ in range(3):
+        one, three = _embedded_roles(small, out), _embedded_roles(large, out)
+        for role in one:
+            per[role].append((three[role] - one[role]) / (2 * n) * 1e6)
+        one_s, three_s = _plain_cpu_s(small, out), _plain_cpu_s(large, out)
+        per["plain loop (1 process)"].append((three_s - one_s) / (2 * n) * 1e6)
+    print(
+        f"\nCPU us per rollout by process, embedded --processes 2 --no-cache "
+        f"(runs of {3 * n:,} minus {n:,} rollouts, median of 3):\n"
+    )
+    print("| process | CPU us per rollout |\n|---|---|")
+    total = 0.0
+    for role, values in per.items():
+        value = statistics.median(values)
+        if role in ("CLI", "pool worker", "sandbox child"):
+            total += value
+        print(f"| {role} | {value:.1f} |")
+    print(f"| embedded, all processes | {total:.1f} |")
+    _steps(large, n)
+
+
+def _steps(src: Path, n: int) -> None:
+    """Each step of the embedded path timed alone (CPU, best of 3) on n rollouts."""
+    import orjson
+
+    from producer.batching import InputRow, dump_line, graded_record, parse_line
+    from workers import verifier
+    from workers.cache import SqliteResultCache, cache_entry, cache_keyer
+    from workers.childproc import FrameBuffer, encode_frame
+    from workers.models import GradeOptions, Verdict
+    from workers.sandbox import warm_up_verifier
+
+    warm_up_verifier()
+    lines = src.read_bytes().splitlines(keepends=True)[:n]
+    rows = [
+        row
+        for i, line in enumerate(lines)
+        if isinstance(row := parse_line(line, i + 1), InputRow)
+    ]
+    options = GradeOptions()
+    preps = [verifier.prepare(r.response, r.gold, options=options) for r in rows]
+    verdicts = [verifier.decide(p, options=options) for p in preps]
+    key_of = cache_keyer(verifier.GRADER_VERSION, options)
+    pairs = list(zip(rows, verdicts, strict=True))
+
+    def best(step: Callable[[], object]) -> float:
+        times = []
+        for _ in range(3):
+            started = time.process_time()
+            step()
+            times.append(time.process_time() - started)
+        return min(times) / len(rows) * 1e6
+
+    def frames_round_trip() -> None:
+        # What one rollout crosses: CLI -> pool worker (a batch), pool worker ->
+        # child (a chunk), child -> pool worker (prep, verdict), pool worker -> CLI.
+        buffer = FrameBuffer()
+        for start in range(0, len(rows), 64):
+            batch = rows[start : start + 64]
+            wire = [[i, r.response, r.gold] for i, r in enumerate(batch)]
+            buffer.feed(encode_frame({"items": wire, "options": options.to_dict()}))
+            buffer.pop()
+            buffer.feed(encode_frame({"o": {}, "items": [w[1:] for w in wire]}))
+            buffer.pop()
+            replies = []
+            for k, _row in enumerate(batch):
+                prep = preps[start + k]
+                buffer.feed(encode_frame({"k": prep.decision_key, "x": prep.extracted}))
+                buffer.pop()
+                buffer.feed(encode_frame({"v": verdicts[start + k].to_dict()}))
+                replies.append(Verdict.from_dict(buffer.pop()["v"]))
+            buffer.feed(encode_frame([[k, v.to_dict()] for k, v in enumerate(replies)]))
+            for _k, verdict in buffer.pop():
+                Verdict.from_dict(verdict)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = SqliteResultCache(Path(tmp) / "c.sqlite")
+        keys = [key_of(p.decision_key) for p in preps if p.decision_key]
+        entries = {
+            k: cache_entry(v)
+            for k, v in zip(keys, verdicts, strict=False)
+            if v.status.value not in ("timeout", "memory_limit", "error")
+        }
+
+        def cache_round() -> None:
+            for start in range(0, len(keys), 64):
+                chunk = keys[start : start + 64]
+                cache.get_many(chunk)
+                cache.set_many({k: entries[k] for k in chunk if k in entries})
+
+        steps = [
+            ("read (parse_line)", lambda: [parse_line(x, 1) for x in lines]),
+            (
+                "prepare (extract + parse, in the child)",
+                lambda: [verifier.prepare(r.response, r.gold) for r in rows],
+            ),
+            (
+                "grade (decide, in the child)",
+                lambda: [verifier.decide(p) for p in preps],
+            ),
+            (
+                "cache key (sha256)",
+                lambda: [key_of(p.decision_key or "") for p in preps],
+            ),
+            ("cache (SQLite lookup + store, 64 per batch)", cache_round),
+            ("IPC (every frame one rollout crosses, orjson)", frames_round_trip),
+            (
+                "write (graded_record + dump_line)",
+                lambda: [dump_line(graded_record(r, v)) for r, v in pairs],
+            ),
+            (
+                "write, stdlib json.dumps instead of orjson",
+                lambda: [
+                    json.dumps(graded_record(r, v), ensure_ascii=False)
+                    for r, v in zip(rows, verdicts, strict=True)
+                ],
+            ),
+            (
+                "IPC frames with the stdlib instead of orjson (one verdict reply)",
+                lambda: [json.loads(json.dumps({"v": v.to_dict()})) for v in verdicts],
+            ),
+            (
+                "IPC frames with orjson (one verdict reply)",
+                lambda: [
+                    orjson.loads(orjson.dumps({"v": v.to_dict()})) for v in verdicts
+                ],
+            ),
+        ]
+        print(f"\nCPU us per rollout by step, each alone ({len(rows):,} rollouts):\n")
+        print("| step | CPU us per rollout |\n|---|---|")
+        for name, step in steps:
+            print(f"| {name} | {best(step):.1f} |")
+        cache.close()
+
+
+def fleet_roles(work: Path, n: int, fleet: Fleet) -> None:
+    """CPU per rollout of each fleet process (from /proc), one cold run of n."""
     src = work / "in.jsonl"
     if not src.exists():
         write_input(src, n)
-    runs = [("embedded --processes 2 --no-cache", ["--processes", "2", "--no-cache"])]
-    if fleet is not None:
-        fleet.flush_cache()
-        runs.append(("fleet, 2 workers", ["--broker", fleet.redis.url]))
-    for title, args in runs:
-        raw = work / "profile.txt"
-        command = [*_CLI, "grade", str(src)]
-        command += ["-o", str(work / "out.jsonl"), "-q", *args]
-        target = ["--", *command]
-        pids: list[int] = []
-        if args[0] == "--broker":  # sample the running workers, not just the CLI
-            pids = [w.proc.pid for w in fleet.workers] if fleet else []
-        spy = [py_spy, "record", "-r", "250", "-s", "-f", "raw"]
-        spies = [
-            subprocess.Popen(
-                [*spy, "-p", str(pid), "-o", str(work / f"worker{pid}.txt")],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for pid in pids
-        ]
-        time.sleep(1.0 if spies else 0.0)
-        started = time.perf_counter()
-        subprocess.run(
-            [*spy, "-o", str(raw), *target],
-            env=_env(),
-            cwd=REPO_ROOT,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wall_s = time.perf_counter() - started
-        for spy in spies:
-            spy.send_signal(2)
-            spy.wait(timeout=60)
-        files = [raw, *(work / f"worker{pid}.txt" for pid in pids)]
-        _print_profile(title, files, n, wall_s, rate_hz=250)
-
-
-def _print_profile(
-    title: str, files: list[Path], n: int, wall_s: float, rate_hz: int
-) -> None:
-    samples: dict[str, collections.Counter[str]] = collections.defaultdict(
-        collections.Counter
-    )
-    for path in files:
-        if not path.exists():
-            continue
-        for line in path.read_text(errors="replace").splitlines():
-            stack, _, count = line.rpartition(" ")
-            if not stack or not count.isdigit():
-                continue
-            pid_match = re.search(r"process (\d+)", stack)
-            pid = pid_match.group(1) if pid_match else ""
-            role = _role(stack, pid, {}) or "other process"
-            samples[role][_category(stack)] += int(count)
-    cats = ["read", "prepare", "cache", "IPC", "grade", "write", "Celery", "Redis"]
-    cats += ["other", "idle"]
+    pids: dict[int, str] = {fleet.redis.proc.pid: "redis-server"}
+    for worker in fleet.workers:
+        pids[worker.proc.pid] = "Celery worker main process"
+        for child in _children(worker.proc.pid):
+            pids[child] = "prefork child (task, cache, Redis bookkeeping)"
+            for grandchild in _children(child):
+                pids[grandchild] = "sandbox child"
+    fleet.flush_cache()
+    before = {pid: _proc_cpu_s(pid) for pid in pids}
+    cli_before = _children_cpu_s()
+    cli_s(src, work / "out.jsonl", "--broker", fleet.redis.url)
+    cli_cpu = _children_cpu_s() - cli_before
+    per: dict[str, float] = collections.defaultdict(float)
+    for pid, role in pids.items():
+        per[role] += _proc_cpu_s(pid) - before[pid]
+    per["producer (gradefleet grade --broker)"] = cli_cpu
+    print(f"\nfleet, 2 workers, {n:,} rollouts: CPU us per rollout by process\n")
+    print("| process | CPU us per rollout |\n|---|---|")
+    for role, seconds in per.items():
+        print(f"| {role} | {seconds / n * 1e6:.1f} |")
     print(
-        f"\n{title}: CPU us per rollout by process (py-spy at {rate_hz} Hz, "
-        f"{n:,} rollouts, {wall_s:.1f} s under the profiler)\n"
+        "(sandbox children replaced during the run are not counted: "
+        "--recycle-after-items)"
     )
-    print("| process | " + " | ".join(cats) + " | total |")
-    print("|---" * (len(cats) + 2) + "|")
-    for role, counter in sorted(samples.items()):
-        per = {c: counter.get(c, 0) / rate_hz / n * 1e6 for c in cats}
-        busy = sum(v for c, v in per.items() if c != "idle")
-        print(
-            f"| {role} | "
-            + " | ".join(f"{per[c]:.0f}" for c in cats)
-            + f" | {busy:.0f} |"
-        )
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def _proc_cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- --hostile: the 8,192-rollout step with hostile items ---
@@ -447,7 +570,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.no_table:
                 table(work, args.rollouts, args.rounds, fleet)
             if args.profile:
-                profile(work, args.rollouts, fleet)
+                profile(work, min(args.rollouts, 10_000))
+                if fleet is not None:
+                    fleet_roles(work, args.rollouts, fleet)
             if args.hostile:
                 hostile_step(work, fleet, reps=3)
         finally:
