@@ -570,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.no_table:
                 table(work, args.rollouts, args.rounds, fleet)
             if args.profile:
-                profile(work, min(args.rollouts, 10_000))
+                profile(work, min(args.rollouts, 5_000))
                 if fleet is not None:
                     fleet_roles(work, args.rollouts, fleet)
             if args.hostile:
