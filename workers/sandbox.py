@@ -256,6 +256,8 @@ class Sandbox:
         pending = deque(range(len(pairs)))
         solo = 0  # after a failed send, items go one by one to find the culprit
         while pending:
+            if self._recycle_budget() < 1:  # never an empty chunk
+                self._replace_child("recycle")
             size = 1 if solo else SANDBOX_FRAME_ITEMS
             take = min(size, self._recycle_budget(), len(pending))
             chunk = [pending.popleft() for _ in range(take)]
@@ -365,7 +367,10 @@ class Sandbox:
             return run.unanswered(), False
         wanted = self._select(run, prepared, select)
         indexes = [index for index, _position, _prep, _s in wanted]
-        if self._send(encode_frame({"d": indexes})) is not None:
+        try:  # to this child: a fresh one would not hold the prepared items
+            write_all(child.req_fd, encode_frame({"d": indexes}))
+        except BrokenPipeError:  # it died between the steps: the items go again
+            self._replace_child("crash")
             return run.unanswered(), False
         if not self._decide_step(child, run, wanted):
             return run.unanswered(), False

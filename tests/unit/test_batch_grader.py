@@ -286,3 +286,33 @@ def test_batch_extracts_each_response_once(
     assert cold == expected
     assert without_cached_flag(warm) == expected
     assert any(v.cached for _, v in warm)
+
+
+def test_batch_child_lost_mid_chunk_keeps_copies_and_cache(tmp_path: Path) -> None:
+    # Given a chunk where the child aborts deciding one item, with copies of an
+    # answer decided before the crash and of one decided after it
+    from tests.hooks import ABORT, hooked_grade
+
+    items = [
+        GradeItem(0, "first \\boxed{7}", "7"),
+        GradeItem(1, "x \\boxed{8}", "7"),
+        GradeItem(2, f"\\boxed{{{ABORT}}}", "7"),
+        GradeItem(3, "second \\boxed{7}", "7"),  # copy of 0
+        GradeItem(4, "y \\boxed{9}", "9"),
+        GradeItem(5, "z \\boxed{8}", "7"),  # copy of 1
+        GradeItem(6, "w \\boxed{9}", "9"),  # copy of 4, decided after the crash
+    ]
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    with Sandbox(
+        item_timeout_s=10.0, item_memory_bytes=512 * MIB, grade_fn=hooked_grade
+    ) as box:
+        results = BatchGrader(sandbox=box, cache=cache).grade(items, OPTIONS)
+        again = BatchGrader(sandbox=box, cache=cache).grade(items, OPTIONS)
+    # Then the aborting item alone is an error; every other verdict is grade()'s
+    assert results[2][1].status is Status.ERROR
+    assert "SIGABRT" in results[2][1].reason
+    for (index, verdict), item in zip(results, items, strict=True):
+        if index != 2:
+            assert verdict == verifier.grade(item.response, item.gold, options=OPTIONS)
+    # And the second run reads every decided answer from the cache
+    assert [v.cached for _, v in again] == [True, True, False, True, True, True, True]
