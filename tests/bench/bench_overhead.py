@@ -338,11 +338,11 @@ def _steps(src: Path, n: int) -> None:
 
     warm_up_verifier()
     lines = src.read_bytes().splitlines(keepends=True)[:n]
-    rows = [
-        row
-        for i, line in enumerate(lines)
-        if isinstance(row := parse_line(line, i + 1), InputRow)
-    ]
+    rows: list[InputRow] = []
+    for i, line in enumerate(lines):
+        parsed = parse_line(line, i + 1)  # one row, or one row per sample
+        rows += parsed if isinstance(parsed, list) else [parsed]  # type: ignore[list-item]
+    rows = [row for row in rows if isinstance(row, InputRow)]
     options = GradeOptions()
     preps = [verifier.prepare(r.response, r.gold, options=options) for r in rows]
     verdicts = [verifier.decide(p, options=options) for p in preps]
@@ -562,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--hostile", action="store_true")
+    parser.add_argument("--hostile-reps", type=int, default=3)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -574,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if fleet is not None:
                     fleet_roles(work, args.rollouts, fleet)
             if args.hostile:
-                hostile_step(work, fleet, reps=3)
+                hostile_step(work, fleet, reps=args.hostile_reps)
         finally:
             if fleet is not None:
                 fleet.close()
