@@ -14,7 +14,10 @@
 #   5. The worker's metrics endpoint scraped, its HEALTHCHECK run, no zombie processes.
 #   6. A `gradefleet serve` container graded through POST /v1/grade, when the image
 #      has that command (the sub-step is skipped with a notice otherwise).
-#   7. podman stop (SIGTERM): the worker must exit 0 before the stop timeout.
+#   7. podman stop (SIGTERM): the worker must exit 0 before the stop timeout, idle and
+#      in the middle of a job, which a replacement worker then completes (verdicts
+#      identical to embedded mode, nothing left unacknowledged).
+# Podman's complaints about health-check timers (no systemd here) go to a file.
 # Prints: image size, build time, cold start.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -158,7 +161,7 @@ inside=$("${PODMAN[@]}" run --rm "${NO_TIMER[@]}" --network none --entrypoint /o
 import os, shutil
 from workers.verifier import GRADER_VERSION
 tools = [t for t in ("gcc", "cc", "c++", "clang", "make", "pip", "pip3") if shutil.which(t)]
-print(GRADER_VERSION, os.getuid(), ",".join(tools) or "-")')
+print(GRADER_VERSION, os.getuid(), ",".join(tools) or "-")' 2>>"$WORK/podman.err")
 read -r in_grader in_uid in_tools <<<"$inside"
 [ "$in_grader" = "$GRADER_VERSION" ] || die "image grades as $in_grader, label says $GRADER_VERSION"
 [ "$in_uid" != 0 ] || die "container runs as uid 0"
@@ -196,7 +199,8 @@ start_t0=$(now)
 "${PODMAN[@]}" run -d "${NO_TIMER[@]}" --name "$RUN_ID-worker" --label "$TEST_LABEL" --network host \
     -e GRADEFLEET_BROKER_URL="$BROKER" -e GRADEFLEET_CACHE_URL="$BROKER" \
     -e GRADEFLEET_METRICS_PORT="$METRICS_PORT" \
-    "$IMAGE" "${WORKER_CMD[@]}" --hostname "$RUN_ID@%h" >/dev/null
+    "$IMAGE" "${WORKER_CMD[@]}" --hostname "$RUN_ID@%h" >/dev/null 2>>"$WORK/podman.err" \
+    || { cat "$WORK/podman.err"; die "worker container did not start"; }
 worker_logs() { "${PODMAN[@]}" logs "$RUN_ID-worker" 2>&1 | tail -40; }
 # The job waits in the queue until the worker consumes it: its completion is the end of
 # the cold start.
@@ -275,7 +279,8 @@ if "${PODMAN[@]}" run --rm "${NO_TIMER[@]}" --network none "$IMAGE" serve --help
     "${PODMAN[@]}" run -d "${NO_TIMER[@]}" --name "$RUN_ID-serve" --label "$TEST_LABEL" --network host \
         -e GRADEFLEET_BROKER_URL="$BROKER" \
         -e GRADEFLEET_HEALTHCHECK_URL="http://127.0.0.1:$SERVE_PORT/readyz" \
-        "$IMAGE" serve --broker "$BROKER" --host 127.0.0.1 --port "$SERVE_PORT" >/dev/null
+        "$IMAGE" serve --broker "$BROKER" --host 127.0.0.1 --port "$SERVE_PORT" >/dev/null \
+        2>>"$WORK/podman.err" || { cat "$WORK/podman.err"; die "serve container did not start"; }
     python3 - "$SERVE_PORT" "$WORK/embedded.jsonl" <<'EOF' || { "${PODMAN[@]}" logs "$RUN_ID-serve" 2>&1 | tail -30; die "serve"; }
 import json
 import sys
@@ -309,7 +314,7 @@ for i, (got, want) in enumerate(zip(results, embedded, strict=True)):
         assert got[field] == want[field], f"item {i} {field}: {got[field]!r} != {want[field]!r}"
 print(f"POST /v1/grade: {len(results)} verdicts identical to embedded mode")
 EOF
-    "${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-serve" >/dev/null
+    "${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-serve" >/dev/null 2>>"$WORK/podman.err"
     serve_rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-serve")
     [ "$serve_rc" = 0 ] || die "serve exited $serve_rc after SIGTERM"
     echo "serve: SIGTERM -> exit 0"
@@ -318,13 +323,81 @@ else
 fi
 
 # --- 7. SIGTERM -------------------------------------------------------------------------
-log "SIGTERM"
+log "SIGTERM, idle"
 stop_t0=$(now)
-"${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-worker" >/dev/null
+"${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-worker" >/dev/null 2>>"$WORK/podman.err"
 STOP_S=$(elapsed "$stop_t0" "$(now)")
 rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-worker")
 [ "$rc" = 0 ] || { worker_logs; die "worker exited $rc after SIGTERM (137 = killed at the timeout)"; }
 echo "worker: SIGTERM -> exit 0 in $STOP_S s"
+"${PODMAN[@]}" rm -f "$RUN_ID-worker" >/dev/null 2>>"$WORK/podman.err"
+
+log "SIGTERM in the middle of a job"
+# 40 copies of the sample (ids made unique), a worker without cache: real work.
+python3 - examples/sample.jsonl "$WORK/big.jsonl" 40 <<'PY'
+import json
+import sys
+
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+with open(sys.argv[2], "w") as out:
+    for copy in range(int(sys.argv[3])):
+        for row in rows:
+            out.write(json.dumps({**row, "id": f"{row['id']}-{copy}"}) + "\n")
+PY
+start_worker() {  # $1: container name
+    "${PODMAN[@]}" run -d "${NO_TIMER[@]}" --name "$1" --label "$TEST_LABEL" --network host \
+        -e GRADEFLEET_BROKER_URL="$BROKER" -e GRADEFLEET_CACHE_URL=none \
+        -e GRADEFLEET_METRICS_PORT="$METRICS_PORT" \
+        "$IMAGE" "${WORKER_CMD[@]}" --hostname "$1@%h" >/dev/null 2>>"$WORK/podman.err" \
+        || { cat "$WORK/podman.err"; die "worker container $1 did not start"; }
+}
+start_worker "$RUN_ID-worker"
+gf grade "$WORK/big.jsonl" -o "$WORK/big.fleet.jsonl" --broker "$BROKER" --quiet \
+    --deadline-s 300 &
+GRADE_PID=$!
+# SIGTERM as soon as the worker has graded something.
+python3 - "$METRICS_PORT" <<'PY' || die "the worker graded nothing within 120 s"
+import sys
+import time
+import urllib.request
+
+url = f"http://127.0.0.1:{sys.argv[1]}/metrics"
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    try:
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        text = ""
+    graded = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gradefleet_rollouts_graded_total{")
+    )
+    if graded > 0:
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit(1)
+PY
+"${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-worker" >/dev/null 2>>"$WORK/podman.err"
+rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-worker")
+[ "$rc" = 0 ] || { worker_logs; die "worker exited $rc after SIGTERM mid-job"; }
+left=$(redis-cli -p "$REDIS_PORT" llen gradefleet)
+unacked=$(redis-cli -p "$REDIS_PORT" hlen unacked)
+echo "worker: SIGTERM mid-job -> exit 0; $left batches still queued, $unacked unacked"
+[ "$unacked" = 0 ] || die "the stopped worker left $unacked batches unacknowledged (they would wait for the visibility timeout)"
+[ "$left" != 0 ] || echo "NOTICE: the whole job was taken before SIGTERM landed (the restart below proves less)"
+# A fresh worker takes over: the job completes, nothing lost or changed.
+"${PODMAN[@]}" rm -f "$RUN_ID-worker" >/dev/null 2>>"$WORK/podman.err"
+start_worker "$RUN_ID-worker"
+wait "$GRADE_PID" || { worker_logs; die "the job did not complete after the worker was replaced"; }
+gf grade "$WORK/big.jsonl" -o "$WORK/big.embedded.jsonl" --no-cache --quiet \
+    || die "embedded grading failed"
+compare "$WORK/big.fleet.jsonl" "$WORK/big.embedded.jsonl" \
+    || die "verdicts across the restart differ from embedded mode"
+"${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-worker" >/dev/null 2>>"$WORK/podman.err"
+rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-worker")
+[ "$rc" = 0 ] || { worker_logs; die "the replacement worker exited $rc after SIGTERM"; }
+echo "replacement worker completed the job; SIGTERM -> exit 0"
 
 log "summary"
 echo "image size   $SIZE_MB MB ($IMAGE; base $BASE_MB MB)"
