@@ -1,5 +1,8 @@
 """gradefleet producer side: client library and the `gradefleet` CLI (no SymPy here).
 
+Grade through `open_grader(url)`: the embedded pool (no URL), a fleet (redis://) or a
+grading service (http://), with the same verdicts.
+
 Names are imported on first use (PEP 562), so `import producer` stays light: the
 Celery client is loaded only when `producer.GradingClient` is touched.
 """
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
         MalformedInputError,
         ProducerError,
     )
+    from producer.grader import Grader, GraderBase, open_grader, register_scheme
     from producer.settings import ProducerSettings
 
 __all__ = [
@@ -27,6 +31,8 @@ __all__ = [
     "AsyncGradingJob",
     "BrokerUnavailableError",
     "DeadlinePassedError",
+    "Grader",
+    "GraderBase",
     "GradingClient",
     "GradingJob",
     "InputRow",
@@ -36,7 +42,9 @@ __all__ = [
     "ProducerError",
     "ProducerSettings",
     "Rollout",
+    "open_grader",
     "read_rows",
+    "register_scheme",
 ]
 
 _HOMES = {
@@ -45,6 +53,10 @@ _HOMES = {
     "GradingClient": "producer.client",
     "GradingJob": "producer.client",
     "Rollout": "producer.client",
+    "Grader": "producer.grader",
+    "GraderBase": "producer.grader",
+    "open_grader": "producer.grader",
+    "register_scheme": "producer.grader",
     "InputRow": "producer.batching",
     "LineError": "producer.batching",
     "read_rows": "producer.batching",

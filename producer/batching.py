@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -21,7 +22,8 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from workers.contract import MAX_TEXT_CHARS
+from workers import models
+from workers.contract import text_error
 from workers.models import Status, Verdict
 
 __all__ = [
@@ -53,18 +55,14 @@ GOLD_FIELDS = (
     "expected_answer",
     "reward_model.ground_truth",  # verl's nested layout
 )
-VERDICT_FIELDS = (
-    "correct",
-    "status",
-    "format_valid",
-    "extracted",
-    "extraction_method",
-    "verify_method",
-    "reason",
-    "grader_version",
-    "cached",
+# The verdict fields written to each output line (the canonical forms stay internal).
+VERDICT_FIELDS = tuple(
+    name
+    for name in models.VERDICT_FIELDS
+    if name not in {"canonical_pred", "canonical_gold"}
 )
 LINE_FIELD = "gradefleet_line"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Longer lines are rejected without being held in memory (a CoT is ~1-20 KB).
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -140,12 +138,8 @@ def _row(record: dict[str, Any], line_no: int) -> InputRow | LineError:
             line_no=line_no,
             reason=f"field {name!r} must be a string or number, not {kind}",
         )
-    longest = max(len(response), len(gold_text))
-    if longest > MAX_TEXT_CHARS:
-        return LineError(
-            line_no=line_no,
-            reason=f"text of {longest:,} characters (limit {MAX_TEXT_CHARS:,})",
-        )
+    if (error := text_error(response, gold_text)) is not None:
+        return LineError(line_no=line_no, reason=error)
     return InputRow(line_no=line_no, response=response, gold=gold_text, record=record)
 
 
@@ -214,9 +208,22 @@ def graded_record(row: InputRow, verdict: Verdict) -> dict[str, Any]:
     return record
 
 
+def _escape_surrogate(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
 def dump_line(record: Mapping[str, Any]) -> str:
-    """One JSONL line (UTF-8 kept readable, newline included)."""
-    return json.dumps(record, ensure_ascii=False) + "\n"
+    """One JSONL line (UTF-8 kept readable, newline included).
+
+    A lone surrogate (input JSON may carry `"\\ud800"`, and the verdict's
+    `extracted` may echo it) cannot be written as UTF-8; it is written as its
+    JSON escape instead, which reads back as the same string. Surrogates only
+    ever sit inside JSON strings, so the escape keeps the line valid JSON.
+    """
+    return (
+        _LONE_SURROGATE.sub(_escape_surrogate, json.dumps(record, ensure_ascii=False))
+        + "\n"
+    )
 
 
 @contextlib.contextmanager

@@ -27,21 +27,18 @@ from producer.batching import (
     read_rows,
 )
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
+from producer.grader import Grader, open_grader
 from producer.settings import ProducerSettings, default_cache_dir
 from producer.status import read_fleet_status
 from workers.errors import GraderError
 from workers.models import GradeOptions, Verdict
+from workers.sizing import CHUNK_ROWS, LOCAL_BATCH_SIZE
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
 
 __all__ = ["cli", "main"]
 
-# Rows read and graded per round: bounds memory on huge files while keeping thousands
-# of batches in flight, so the pool or fleet stays busy.
-CHUNK_ROWS = 20_000
-# Embedded mode's batch: the local pool's parent hands each process this many at once.
-LOCAL_BATCH_SIZE = 64
 MAX_ERRORS_SHOWN = 20
 _DEFAULTS = ProducerSettings()
 
@@ -73,64 +70,22 @@ def cli() -> None:
     """Grade LLM math rollouts: locally (embedded mode) or on a Celery fleet."""
 
 
-@contextmanager
-def _embedded(settings: ProducerSettings, options: GradeOptions) -> Iterator[GradeRows]:
-    # Imported here: the pool pulls in the sandbox and the verifier (SymPy).
-    from workers.local import LocalPool
+class _ChunkGrader:
+    """Grades the file's chunks through one `Grader`; --deadline-s bounds the whole
+    command, so each chunk gets what is left of it."""
 
-    if settings.cache_dir is not None:
-        settings.cache_dir.mkdir(parents=True, exist_ok=True)
-    pool = LocalPool(
-        processes=settings.processes or os.cpu_count() or 1,
-        item_timeout_s=settings.item_timeout_s,
-        item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
-        cache_path=settings.cache_path,
-        batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
-    )
+    def __init__(self, grader: Grader, deadline_s: float) -> None:
+        self._grader = grader
+        self._deadline_s = deadline_s
+        self._started_s = time.monotonic()
 
-    def grade(rows: Sequence[InputRow], on_progress: Progress) -> list[Verdict]:
-        done = 0
-
-        def advance(done_in_call: int) -> None:  # the pool reports a running total
-            nonlocal done
-            on_progress(done_in_call - done)
-            done = done_in_call
-
-        return pool.grade(rows, options, on_progress=advance)
-
-    with pool:
-        yield grade
-
-
-@contextmanager
-def _fleet(settings: ProducerSettings, options: GradeOptions) -> Iterator[GradeRows]:
-    from producer.client import GradingClient
-
-    assert settings.broker_url is not None  # _fleet is chosen only with a broker
-    started_s = time.monotonic()
-    client = GradingClient(
-        settings.broker_url,
-        batch_size=settings.batch_size,
-        options=options,
-        item_timeout_s=settings.item_timeout_s,
-    )
-
-    def grade(rows: Sequence[InputRow], on_progress: Progress) -> list[Verdict]:
-        # --deadline-s bounds the whole command, so each chunk gets what is left.
-        left_s = settings.deadline_s - (time.monotonic() - started_s)
+    def __call__(
+        self, rows: Sequence[InputRow], on_progress: Progress
+    ) -> list[Verdict]:
+        left_s = self._deadline_s - (time.monotonic() - self._started_s)
         if left_s <= 0:
-            raise DeadlinePassedError(f"deadline of {settings.deadline_s:g} s passed")
-        rollouts = [{"response": row.response, "gold": row.gold} for row in rows]
-        job = client.submit(rollouts, deadline_s=left_s)
-        verdicts: list[Verdict | None] = [None] * len(rows)
-        for index, verdict in job.as_completed():
-            verdicts[index] = verdict
-            on_progress(1)
-        # as_completed() ends only once every index has a verdict (else it raises).
-        return [v for v in verdicts if v is not None]
-
-    with client:
-        yield grade
+            raise DeadlinePassedError(f"deadline of {self._deadline_s:g} s passed")
+        return self._grader.grade(rows, on_progress=on_progress, deadline_s=left_s)
 
 
 def _count_rows(path: str) -> int | None:
@@ -322,10 +277,10 @@ def grade(
         cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
     )
     options = GradeOptions(allow_fallback=not no_fallback)
-    backend = _fleet if settings.broker_url else _embedded
     started_s = time.monotonic()
-    with backend(settings, options) as grade_rows:
+    with open_grader(settings.broker_url, options=options, settings=settings) as grader:
         show_progress = not quiet and sys.stderr.isatty()
+        grade_rows = _ChunkGrader(grader, settings.deadline_s)
         summary = _grade_file(input_path, output_path, grade_rows, show_progress)
     summary.wall_s = time.monotonic() - started_s
     if not quiet:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -18,20 +17,21 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from producer.errors import BrokerUnavailableError, InvalidRolloutError
+from producer.errors import BrokerUnavailableError
 from producer.job import Batch, GradingJob, Progress
+from producer.rollouts import validate_rollouts
 from producer.settings import redact_url
+from workers.connections import RedisClients
 from workers.contract import (
     GRADE_BATCH,
-    MAX_TEXT_CHARS,
     QUEUE,
     WireBatch,
-    batch_items_key,
-    batch_size_for,
     batch_to_wire,
     detach_items,
 )
-from workers.models import GradeOptions, Verdict
+from workers.models import GradeOptions, Rollout, Verdict
+from workers.protocol import batch_items_key
+from workers.sizing import batch_size_for
 
 __all__ = [
     "BrokerUnavailableError",
@@ -48,7 +48,7 @@ DEFAULT_ITEM_TIMEOUT_S = 5.0
 # one slow item is graded (the sandbox child grades it; the worker thread only waits
 # in `poll`), so a live worker is never silent for long. 10 s is 10 missed beats:
 # enough slack for a loaded machine or a Redis hiccup, and what a SIGKILLed worker
-# costs an RL step (it was 4 x item deadline + 30 s = 50 s).
+# costs an RL step.
 DEFAULT_RESEND_AFTER_S = 10.0
 # How long a batch's items stay in Redis (`contract.detach_items`) when nothing
 # deletes them: the producer deletes them as each batch's result arrives, and stores
@@ -56,14 +56,6 @@ DEFAULT_RESEND_AFTER_S = 10.0
 # a re-delivered message still finds them.
 DEFAULT_ITEMS_TTL_S = 6 * 3600
 _PING_TIMEOUT_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class Rollout:
-    """One model output and the gold answer it is graded against."""
-
-    response: str
-    gold: str
 
 
 class ClientMetrics(Protocol):
@@ -77,37 +69,13 @@ class ClientMetrics(Protocol):
     def batches_resent(self) -> Any: ...
 
 
-def _texts(rollout: object, index: int) -> tuple[str, str]:
-    response: object
-    gold: object
-    if isinstance(rollout, Rollout):
-        response, gold = rollout.response, rollout.gold
-    elif isinstance(rollout, Mapping):
-        response, gold = rollout.get("response"), rollout.get("gold")
-    else:
-        kind = type(rollout).__name__
-        raise InvalidRolloutError(
-            f"rollout {index}: expected Rollout or mapping, got {kind}"
-        )
-    if not isinstance(response, str) or not isinstance(gold, str):
-        raise InvalidRolloutError(f"rollout {index}: response and gold must be strings")
-    if max(len(response), len(gold)) > MAX_TEXT_CHARS:
-        raise InvalidRolloutError(f"rollout {index}: text longer than {MAX_TEXT_CHARS}")
-    return response, gold
-
-
-def validate_rollouts(rollouts: Iterable[object]) -> list[tuple[int, str, str]]:
-    """`(index, response, gold)` for each rollout, or InvalidRolloutError naming one."""
-    return [(i, *_texts(rollout, i)) for i, rollout in enumerate(rollouts)]
-
-
 class GradingClient:
     """Grade rollouts on a Celery fleet through Redis.
 
     Args:
         broker_url: Redis URL of the broker the workers consume.
         batch_size: rollouts per task; None sizes each job's batches to the job
-            (`contract.batch_size_for`: 32 tasks per job, 16 to 512 rollouts each).
+            (`sizing.batch_size_for`: 32 tasks per job, 16 to 512 rollouts each).
         deadline_s: default time limit of a job (None: wait as long as it takes).
         resend_after_s: a running batch with no new heartbeat for this long is
             published again under the same id (default 10 s; workers beat every 1 s).
@@ -152,12 +120,9 @@ class GradingClient:
         _ping(broker_url)
         if backend_url != broker_url:
             _ping(backend_url)
-        self._results = redis.Redis.from_url(backend_url, socket_timeout=10)
-        self._broker_redis = (
-            self._results
-            if backend_url == broker_url
-            else redis.Redis.from_url(broker_url, socket_timeout=10)
-        )
+        self._clients = RedisClients(socket_timeout=10)
+        self._results = self._clients.get(backend_url)
+        self._broker_redis = self._clients.get(broker_url)
         self._items_ttl_s = max(DEFAULT_ITEMS_TTL_S, int(2 * (deadline_s or 0)))
         self._app = _producer_app(broker_url)
 
@@ -174,9 +139,7 @@ class GradingClient:
 
     def close(self) -> None:
         """Release broker and backend connections."""
-        if self._broker_redis is not self._results:
-            self._broker_redis.close()
-        self._results.close()
+        self._clients.close()
         self._app.close()
 
     def grade(self, rollouts: Iterable[object]) -> list[Verdict]:
@@ -300,9 +263,9 @@ def _producer_app(broker_url: str) -> Celery:
         accept_content=["json"],
         task_default_queue=QUEUE,
         broker_connection_retry_on_startup=False,
-        # Plain JSON bodies: kombu's default base64 of a ~0.3 MB batch body (and the
-        # worker's decode) cost ~1 ms per 256-item batch for nothing; workers read
-        # each message's own `body_encoding`, so either form is accepted.
+        # Plain JSON bodies: kombu's default base64 of the body (and the worker's
+        # decode) is work for nothing; workers read each message's own
+        # `body_encoding`, so either form is accepted.
         broker_transport_options={"body_encoding": None},
         task_publish_retry_policy={
             "max_retries": 3,

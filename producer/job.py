@@ -1,7 +1,7 @@
 """One submitted grading job: reads result keys, re-sends lost batches, keeps order.
 
 Results are read from Celery's Redis result keys with one MGET per poll. Between
-polls the job blocks on its "done" list (`contract.job_done_key`), where each worker
+polls the job blocks on its "done" list (`protocol.job_done_key`), where each worker
 pushes a batch's id right after storing its result: a poll follows each finished
 batch at once, and a quiet job polls only every quarter second. A running
 batch with no new heartbeat for `resend_after_s`, or any unfinished batch once the
@@ -12,25 +12,26 @@ the first result per index wins, later duplicates are ignored.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from celery.backends.base import KeyValueStoreBackend
 from kombu.exceptions import OperationalError
 
 from producer.errors import DeadlinePassedError, ProducerError
-from workers.contract import job_done_key, results_from_wire
-from workers.errors import InvalidRequestError
 from workers.models import Verdict
+from workers.protocol import (
+    RUNNING_STATES,
+    TaskMeta,
+    job_done_key,
+    read_task_meta,
+    task_meta_key,
+)
 
 __all__ = ["Batch", "GradingJob", "Progress", "format_ranges"]
 
-_KEY_PREFIX = str(KeyValueStoreBackend.task_keyprefix).encode()
-_RUNNING = frozenset({"STARTED", "PROGRESS"})
 _MAX_FAILURES = 3
 # Longest wait on the done list between polls: bounds how late a failure (stored by
 # Celery, which pushes no id), a heartbeat or a worker of an older version is seen.
@@ -55,7 +56,7 @@ class Batch:
     key: bytes = field(init=False)
 
     def __post_init__(self) -> None:
-        self.key = _KEY_PREFIX + self.batch_id.encode()
+        self.key = task_meta_key(self.batch_id).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +211,7 @@ class GradingJob:
             if payload is None or payload == batch.payload:
                 continue
             batch.payload, batch.seen_at, self._last_activity = payload, now, now
-            fresh.extend(self._on_payload(batch, json.loads(payload)))
+            fresh.extend(self._on_meta(batch, read_task_meta(payload)))
             if batch.done:
                 finished.append(batch)
         if finished:
@@ -220,24 +221,16 @@ class GradingJob:
             self._metrics.results_received.inc(len(fresh))
         return fresh
 
-    def _on_payload(
-        self, batch: Batch, meta: dict[str, Any]
-    ) -> list[tuple[int, Verdict]]:
-        batch.state = str(meta.get("status", ""))
-        if batch.state == "SUCCESS":
-            try:
-                pairs = results_from_wire(meta.get("result"))
-            except InvalidRequestError:
-                pairs = []
+    def _on_meta(self, batch: Batch, meta: TaskMeta) -> list[tuple[int, Verdict]]:
+        batch.state = meta.status
+        if meta.status == "SUCCESS":
+            pairs = meta.results or []
             if {i for i, _ in pairs} == {item[0] for item in batch.items}:
                 batch.done = True
                 return self._accept(pairs)
             self._on_failure(batch, "result does not cover the batch's indexes")
-        elif batch.state == "FAILURE":
-            result = meta.get("result") or {}
-            self._on_failure(
-                batch, f"{result.get('exc_type')}: {result.get('exc_message')}"
-            )
+        elif meta.status == "FAILURE":
+            self._on_failure(batch, meta.failure or "")
         return []
 
     def _accept(self, pairs: list[tuple[int, Verdict]]) -> list[tuple[int, Verdict]]:
@@ -271,7 +264,7 @@ class GradingJob:
         for batch in self._batches:
             if batch.done:
                 continue
-            running = batch.state in _RUNNING
+            running = batch.state in RUNNING_STATES
             if not (running or stalled):
                 continue
             # Back off per batch so a slow fleet is not flooded with copies.

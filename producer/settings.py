@@ -1,7 +1,5 @@
-"""Producer settings: a frozen dataclass, read from `GRADEFLEET_*` vars by `from_env`.
-
-The CLI options mirror these fields (same env var names, same defaults).
-"""
+"""Producer settings: a frozen dataclass, built by its one reader of `GRADEFLEET_*`
+variables, the CLI (each field is an option with its env var and the same default)."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-ENV_PREFIX = "GRADEFLEET_"
 CACHE_FILE_NAME = "cache.sqlite3"
 
 
@@ -44,7 +41,7 @@ class ProducerSettings:
     Attributes:
         broker_url: Redis URL of the fleet; None means embedded mode (a local pool).
         batch_size: rollouts per Celery task (or per local pool batch); None: sized
-            per job on a fleet (`contract.batch_size_for`), 64 in embedded mode.
+            per job on a fleet (`sizing.batch_size_for`), 64 in embedded mode.
         deadline_s: give up (DeadlinePassedError) if results take longer than this.
         processes: embedded mode only: grading processes; None means os.cpu_count().
         item_timeout_s: embedded mode only: wall-clock limit per rollout.
@@ -77,42 +74,3 @@ class ProducerSettings:
     def cache_path(self) -> Path | None:
         """The SQLite file inside `cache_dir` (None when the cache is off)."""
         return None if self.cache_dir is None else self.cache_dir / CACHE_FILE_NAME
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> ProducerSettings:
-        """Build settings from `GRADEFLEET_*` variables; unset ones keep their default.
-
-        `GRADEFLEET_CACHE_DIR` empty or unset means the default cache directory;
-        `GRADEFLEET_NO_CACHE=1` disables the cache.
-
-        Raises:
-            ValueError: a variable holds a value of the wrong type.
-        """
-        base = cls()
-
-        def get(name: str) -> str | None:
-            value = environ.get(ENV_PREFIX + name, "").strip()
-            return value or None
-
-        broker, batch, deadline = (
-            get("BROKER_URL"),
-            get("BATCH_SIZE"),
-            get("DEADLINE_S"),
-        )
-        procs, timeout, memory = (
-            get("PROCESSES"),
-            get("ITEM_TIMEOUT_S"),
-            get("ITEM_MEMORY_MB"),
-        )
-        cache_dir: Path | None = Path(get("CACHE_DIR") or default_cache_dir(environ))
-        if get("NO_CACHE") in {"1", "true", "yes"}:
-            cache_dir = None
-        return cls(
-            broker_url=broker,
-            batch_size=int(batch) if batch else base.batch_size,
-            deadline_s=float(deadline) if deadline else base.deadline_s,
-            processes=int(procs) if procs else base.processes,
-            item_timeout_s=float(timeout) if timeout else base.item_timeout_s,
-            item_memory_mb=int(memory) if memory else base.item_memory_mb,
-            cache_dir=cache_dir,
-        )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,13 +21,13 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 _START_DEADLINE_S = 10.0
+# `tests.helpers` and `tests.hooks` import as modules of the repository root, whichever
+# way pytest was started (`python -m pytest` adds the root, the `pytest` script not).
+_REPO_ROOT = str(Path(__file__).resolve().parents[1])
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from tests.helpers import free_port  # noqa: E402  (needs the path set above)
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
@@ -62,7 +62,7 @@ def start_redis_server(
 
     def start(*extra_args: str) -> str:
         workdir = tmp_path_factory.mktemp("redis")
-        port = _free_port()
+        port = free_port()
         log_path = workdir / "redis.log"
         args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "no", "--dir", str(workdir)]

@@ -6,7 +6,6 @@ Shared by the Celery task and the embedded local pool, so both give identical ve
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,15 +37,13 @@ class GradeItem:
 
 
 class BatchObserver(Protocol):
-    """Receives what happened while grading (implemented by `WorkerMetrics`)."""
+    """Receives what happened while grading (the worker's `runtime.TaskObserver`)."""
 
     def item_graded(self, verdict: Verdict, duration_s: float) -> None: ...
 
     def cache_lookup(self, *, hits: int, misses: int) -> None: ...
 
     def sandbox_restarted(self, reason: str) -> None: ...
-
-    def batch_done(self, *, size: int, duration_s: float) -> None: ...
 
 
 class NullObserver:
@@ -59,9 +56,6 @@ class NullObserver:
         pass
 
     def sandbox_restarted(self, reason: str) -> None:
-        pass
-
-    def batch_done(self, *, size: int, duration_s: float) -> None:
         pass
 
 
@@ -106,15 +100,13 @@ class BatchGrader:
         self, items: Sequence[GradeItem], options: GradeOptions
     ) -> list[tuple[int, Verdict]]:
         """Grade `items`; returns (item.index, verdict) in the order of `items`."""
-        started = time.perf_counter()
         prepared = [
             verifier.prepare(it.response, it.gold, options=options) for it in items
         ]
         groups = _group(prepared, options)
         cache = self._lookup(groups)
         fresh = [group for group in groups if group.verdict is None]
-        # Streamed: one frame per chunk to the child, half the per-item overhead of
-        # one `grade()` call per item (the sandbox's `on_item` hook fires per item).
+        # Streamed: one frame per chunk to the child (`sizing.SANDBOX_FRAME_ITEMS`).
         pairs = [
             (items[g.positions[0]].response, items[g.positions[0]].gold) for g in fresh
         ]
@@ -122,11 +114,7 @@ class BatchGrader:
         for group, (verdict, duration_s) in zip(fresh, graded, strict=True):
             group.verdict, group.duration_s = verdict, duration_s
         self._store(cache, fresh)
-        results = self._assemble(items, prepared, groups)
-        self._observer.batch_done(
-            size=len(items), duration_s=time.perf_counter() - started
-        )
-        return results
+        return self._assemble(items, prepared, groups)
 
     def _lookup(self, groups: list[_Group]) -> CacheBackend | None:
         """Fill the groups found in the cache; returns the cache to store into

@@ -1,6 +1,7 @@
-"""The wire contract between producers and workers: task name, queue, JSON shapes.
+"""The task message between producers and workers: task name, queue, batch shape.
 
 Pure stdlib: the producer imports this module without pulling in any worker code.
+Redis keys and the result envelope are in `workers.protocol`.
 """
 
 from __future__ import annotations
@@ -12,59 +13,26 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from workers.errors import InvalidRequestError
-from workers.models import GradeOptions, Verdict
+from workers.models import GradeOptions
+from workers.protocol import SCHEMA_VERSION, batch_items_key
 
 __all__ = [
     "GRADE_BATCH",
-    "MAX_AUTO_BATCH_SIZE",
+    "MAX_TEXT_CHARS",
     "QUEUE",
-    "SCHEMA_VERSION",
     "WireBatch",
     "WireBatchRequest",
     "WireItem",
-    "WireResult",
-    "WireResultItem",
     "attach_items",
     "batch_from_wire",
-    "batch_items_key",
-    "batch_size_for",
     "batch_to_wire",
     "detach_items",
     "items_reference",
-    "job_done_key",
-    "result_to_wire",
-    "results_from_wire",
+    "text_error",
 ]
 
 GRADE_BATCH = "gradefleet.grade_batch"
 QUEUE = "gradefleet"
-SCHEMA_VERSION = 1
-# Rollouts per task, by measurement (tests/bench/bench_fleet.py --batch-sizes; 10,000
-# real rollouts, 2 workers x 1 process, cold cache, 2 shared cores):
-#   batch             64     128     256     512
-#   rollouts/s      4168    5604    6118    7287
-# A task costs a few ms of Celery/Redis work, so bigger batches go faster; but a job
-# must also make enough tasks for every worker of a larger fleet to get some, and a
-# few more to even out the tail (10,000 rollouts in 512s on 16 workers: a second wave
-# of 4 tasks while 12 workers idle). So the size follows the job: JOB_BATCHES tasks
-# per job, each of MIN_BATCH_SIZE to MAX_AUTO_BATCH_SIZE items (an 8,192-rollout RL
-# step: 32 tasks of 256; 100,000 rollouts: 196 tasks of 512).
-JOB_BATCHES = 32
-MIN_BATCH_SIZE = 16
-MAX_AUTO_BATCH_SIZE = 512
-
-
-def batch_size_for(rollouts: int) -> int:
-    """Rollouts per task for a job of `rollouts` (see the table above)."""
-    return max(MIN_BATCH_SIZE, min(MAX_AUTO_BATCH_SIZE, -(-rollouts // JOB_BATCHES)))
-
-
-def job_done_key(job_id: str) -> str:
-    """A Redis list, next to the result keys, where a worker pushes a batch's id once
-    its result is stored: the producer blocks on it (BLPOP) instead of polling."""
-    return f"gradefleet:v1:done:{job_id}"
-
-
 # Bounds that keep one message from exhausting a worker before grading even starts.
 MAX_ITEMS_PER_BATCH = 10_000
 MAX_TEXT_CHARS = 1_000_000
@@ -72,6 +40,15 @@ MAX_ID_CHARS = 200
 # Items stored by reference: read with GETRANGE up to this many bytes, so a bigger
 # value is refused without being read whole.
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+
+
+def text_error(response: str, gold: str) -> str | None:
+    """Why a rollout's text is refused (over `MAX_TEXT_CHARS`), else None: the one
+    size check, made by the producer at its entry and by the worker at the wire."""
+    longest = max(len(response), len(gold))
+    if longest <= MAX_TEXT_CHARS:
+        return None
+    return f"text of {longest:,} characters (limit {MAX_TEXT_CHARS:,})"
 
 
 class WireItem(TypedDict):
@@ -98,22 +75,6 @@ class WireBatch(TypedDict):
     options: dict[str, Any]
     items: NotRequired[list[WireItem]]
     items_key: NotRequired[str]
-
-
-class WireResultItem(TypedDict):
-    """One graded rollout: its input index and `Verdict.to_dict()`."""
-
-    index: int
-    verdict: dict[str, Any]
-
-
-class WireResult(TypedDict):
-    """What the task returns (stored by Celery in the result backend)."""
-
-    schema: int
-    job_id: str
-    batch_id: str
-    results: list[WireResultItem]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,11 +108,6 @@ def batch_to_wire(
         "options": options.to_dict(),
         "items": [{"index": i, "response": r, "gold": g} for i, r, g in items],
     }
-
-
-def batch_items_key(batch_id: str) -> str:
-    """The Redis string (in the broker's Redis) holding a batch's items as JSON."""
-    return f"gradefleet:v1:items:{batch_id}"
 
 
 def detach_items(wire: WireBatch) -> tuple[WireBatch, str]:
@@ -222,9 +178,8 @@ def _item_from_wire(raw: object, position: int) -> WireItem:
         raise InvalidRequestError(f"item {position}: index must be an int ≥ 0")
     if not isinstance(response, str) or not isinstance(gold, str):
         raise InvalidRequestError(f"item {position}: response and gold must be str")
-    longest = max(len(response), len(gold))
-    if longest > MAX_TEXT_CHARS:
-        raise InvalidRequestError(f"item {position}: text of {longest} chars")
+    if (error := text_error(response, gold)) is not None:
+        raise InvalidRequestError(f"item {position}: {error}")
     return {"index": index, "response": response, "gold": gold}
 
 
@@ -274,38 +229,3 @@ def batch_from_wire(data: object) -> WireBatchRequest:
         options=_options_from_wire(data.get("options")),
         items=_items_from_wire(data.get("items")),
     )
-
-
-def result_to_wire(
-    *, job_id: str, batch_id: str, results: Sequence[tuple[int, Verdict]]
-) -> WireResult:
-    """Build the task's return value, items sorted by index."""
-    return {
-        "schema": SCHEMA_VERSION,
-        "job_id": job_id,
-        "batch_id": batch_id,
-        "results": [
-            {"index": index, "verdict": verdict.to_dict()}
-            for index, verdict in sorted(results, key=lambda pair: pair[0])
-        ],
-    }
-
-
-def results_from_wire(data: object) -> list[tuple[int, Verdict]]:
-    """Parse a task result into `(index, Verdict)` pairs.
-
-    Raises:
-        InvalidRequestError: the payload does not match `WireResult`.
-    """
-    if not isinstance(data, Mapping) or data.get("schema") != SCHEMA_VERSION:
-        raise InvalidRequestError("result is not a schema-1 object")
-    raw = data.get("results")
-    if not isinstance(raw, list):
-        raise InvalidRequestError("result has no results list")
-    pairs: list[tuple[int, Verdict]] = []
-    for item in raw:
-        try:
-            pairs.append((int(item["index"]), Verdict.from_dict(item["verdict"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidRequestError(f"malformed result item: {exc!r}") from exc
-    return pairs

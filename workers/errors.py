@@ -5,6 +5,7 @@ GraderError
 ├── ConfigError (ValueError)          worker settings that cannot be used
 ├── SandboxError                      the grading child cannot be run
 ├── CacheError                        the result cache cannot be reached
+├── DeadlineError (TimeoutError)      a grading call's deadline passed
 └── MetricsSetupError                 the metrics directory or server failed
 """
 
@@ -29,6 +30,10 @@ class SandboxError(GraderError):
 
 class CacheError(GraderError):
     """The result cache could not be reached or returned malformed data."""
+
+
+class DeadlineError(GraderError, TimeoutError):
+    """A grading call's deadline passed before every item had a verdict."""
 
 
 class MetricsSetupError(GraderError):

@@ -5,13 +5,13 @@ is a `SqliteResultCache` file shared by the pool's processes (or none).
 
 Why plain `os.fork` workers talking length-prefixed JSON over pipes (the sandbox's own
 machinery) rather than multiprocessing: the parent has already imported the verifier,
-so each worker starts warm in milliseconds (a forkserver or spawn worker re-imports
-SymPy, ~1 s each); nothing is pickled, so any grade function (tests inject hostile ones)
-crosses as-is; and it works from any parent, daemonic or not. The usual fork hazard, a
-lock held by another parent thread, does not bite: a worker closes every inherited fd,
-freezes inherited objects (no finalizer of the parent's files runs in it), never
-returns into the parent's code, and CPython re-initialises its import/logging locks at
-fork. Workers die with the parent (PR_SET_PDEATHSIG).
+so each worker starts warm (a forkserver or spawn worker would import SymPy again);
+nothing is pickled, so any grade function (tests inject hostile ones) crosses as-is;
+and it works from any parent, daemonic or not. The usual fork hazard, a lock held
+by another parent thread, does not bite: a worker closes every inherited fd, freezes
+inherited objects (no finalizer of the parent's files runs in it), never returns into
+the parent's code, and CPython re-initialises its import/logging locks at fork.
+Workers die with the parent (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -26,28 +26,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from workers.batch import BatchGrader, GradeItem
 from workers.cache import SqliteResultCache
 from workers.childproc import fork_child, read_frame, write_frame
-from workers.errors import SandboxError
-from workers.models import GradeOptions, Status, Verdict
-from workers.sandbox import GradeFn, Sandbox, failure_verdict, warm_up_verifier
+from workers.errors import DeadlineError, SandboxError
+from workers.models import GradeOptions, RolloutLike, Verdict
+from workers.sandbox import GradeFn, Sandbox, warm_up_verifier
+from workers.sizing import LOCAL_BATCH_SIZE
+from workers.verdicts import poison_verdict
 
-__all__ = ["LocalPool", "RolloutLike"]
+__all__ = ["LocalPool"]
 
 _STOP_GRACE_S = 5.0
-
-
-class RolloutLike(Protocol):
-    """Anything with `response` and `gold` text (`GradeItem`, a producer Rollout)."""
-
-    @property
-    def response(self) -> str: ...
-
-    @property
-    def gold(self) -> str: ...
+_POLL_MS = 1000.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,9 +117,12 @@ def _stop_worker(worker: _Worker, *, graceful: bool) -> None:
     os.close(worker.from_fd)
 
 
-def _lost_verdict(item: RolloutLike, options: GradeOptions, attempts: int) -> Verdict:
-    reason = f"local worker process died on this batch {attempts} times"
-    return failure_verdict(Status.ERROR, reason, item.response, item.gold, options)
+def _check_deadline(deadline_at: float | None, job: _Job) -> None:
+    if deadline_at is not None and time.monotonic() >= deadline_at:
+        missing = sum(verdict is None for verdict in job.verdicts)
+        raise DeadlineError(
+            f"deadline passed with {missing} of {len(job.verdicts)} items ungraded"
+        )
 
 
 @dataclass(slots=True, kw_only=True)
@@ -167,7 +163,7 @@ class LocalPool:
         item_timeout_s: float,
         item_memory_bytes: int,
         cache_path: Path | None,
-        batch_size: int = 64,
+        batch_size: int = LOCAL_BATCH_SIZE,
         recycle_after_items: int = 500,
         grade_fn: GradeFn | None = None,
         max_attempts: int = 3,
@@ -197,8 +193,14 @@ class LocalPool:
         items: Sequence[RolloutLike],
         options: GradeOptions,
         on_progress: Callable[[int], None] | None = None,
+        deadline_at: float | None = None,
     ) -> list[Verdict]:
-        """Grade `items`; verdict i belongs to items[i]."""
+        """Grade `items`; verdict i belongs to items[i].
+
+        `on_progress` gets the running total of graded items. Past `deadline_at`
+        (`time.monotonic()` seconds) the busy workers are stopped and DeadlineError
+        is raised.
+        """
         size = self._batch_size
         batches = [
             range(s, min(s + size, len(items))) for s in range(0, len(items), size)
@@ -214,8 +216,9 @@ class LocalPool:
         )
         try:
             while job.batches_left:
+                _check_deadline(deadline_at, job)
                 self._dispatch(job)
-                self._collect(job, on_progress)
+                self._collect(job, on_progress, deadline_at)
         except BaseException:
             self._stop_all(graceful=False)  # busy workers hold stale batches
             raise
@@ -271,7 +274,12 @@ class LocalPool:
         except BrokenPipeError:
             self._worker_lost(worker, job)
 
-    def _collect(self, job: _Job, on_progress: Callable[[int], None] | None) -> None:
+    def _collect(
+        self,
+        job: _Job,
+        on_progress: Callable[[int], None] | None,
+        deadline_at: float | None,
+    ) -> None:
         busy = [w for w in self._workers.values() if w.batch_id is not None]
         if not busy:
             return
@@ -280,7 +288,10 @@ class LocalPool:
             poller.register(
                 worker.from_fd, select.POLLIN | select.POLLHUP | select.POLLERR
             )
-        for fd, _event in poller.poll(1000.0):
+        wait_ms = _POLL_MS
+        if deadline_at is not None:
+            wait_ms = max(0.0, min(wait_ms, (deadline_at - time.monotonic()) * 1000))
+        for fd, _event in poller.poll(wait_ms):
             worker = self._workers[fd]
             reply = read_frame(fd)
             if reply is None:
@@ -316,8 +327,8 @@ class LocalPool:
             return
         for index in job.batches[batch_id]:
             item = job.items[index]
-            job.verdicts[index] = _lost_verdict(
-                item, job.options, job.attempts[batch_id]
+            job.verdicts[index] = poison_verdict(
+                item.response, item.gold, job.options, job.attempts[batch_id]
             )
         job.items_done += len(job.batches[batch_id])
         job.batches_left -= 1

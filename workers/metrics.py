@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 from workers import __version__
 from workers.errors import MetricsSetupError
 from workers.models import Status, Verdict
+from workers.protocol import UNACKED_KEY, priority_queue_keys
 
 __all__ = [
     "BATCH_BUCKETS_S",
@@ -76,12 +77,6 @@ QUEUE_WAIT_BUCKETS_S = (
     *(30.0, 60.0, 120.0, 300.0, 600.0, 1800.0),
 )
 BATCH_SIZE_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-
-# Celery's Redis transport (kombu): priority queues are "<queue>\x06\x16<step>" lists
-# beside the plain list; delivered-but-unacked messages sit in one "unacked" hash.
-_PRIORITY_SEP = "\x06\x16"
-_PRIORITY_STEPS = (3, 6, 9)
-_UNACKED_KEY = "unacked"
 
 
 def _sympy_version() -> str:
@@ -258,13 +253,13 @@ def read_queue_depths(
     omitted. Raises redis errors (the collector turns them into `..._up 0`).
     """
     pipe = client.pipeline(transaction=False)
-    for queue in queues:
-        pipe.llen(queue)
-        for step in _PRIORITY_STEPS:
-            pipe.llen(f"{queue}{_PRIORITY_SEP}{step}")
-    pipe.hlen(_UNACKED_KEY)
+    lists = [priority_queue_keys(queue) for queue in queues]
+    for names in lists:
+        for name in names:
+            pipe.llen(name)
+    pipe.hlen(UNACKED_KEY)
     replies = [int(r) for r in pipe.execute()]
-    width = 1 + len(_PRIORITY_STEPS)
+    width = len(lists[0]) if lists else 0
     depths = {
         (q, "ready"): sum(replies[i * width : (i + 1) * width])
         for i, q in enumerate(queues)
@@ -275,7 +270,7 @@ def read_queue_depths(
     unacked = dict.fromkeys(queues, 0)
     if n_unacked:
         pipe = client.pipeline(transaction=False)
-        pipe.hvals(_UNACKED_KEY)
+        pipe.hvals(UNACKED_KEY)
         for raw in pipe.execute()[0]:
             routing_key = _routing_key(raw)
             if routing_key in unacked:

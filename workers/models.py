@@ -1,7 +1,8 @@
 """Value types shared by the verifier, the fleet and the producer (stdlib only).
 
-`Verdict` is what grading returns; `GradeOptions` holds the knobs that change verdicts
-(they are part of every cache key). Nothing here imports SymPy, Celery or Redis.
+`Rollout` is what is graded, `Verdict` what grading returns; `GradeOptions` holds the
+knobs that change verdicts (they are part of every cache key). Nothing here imports
+SymPy, Celery or Redis.
 """
 
 from __future__ import annotations
@@ -10,9 +11,28 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 _E = TypeVar("_E", bound=StrEnum)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One model output and the gold answer it is graded against."""
+
+    response: str
+    gold: str
+
+
+class RolloutLike(Protocol):
+    """Anything with `response` and `gold` text (a `Rollout`, a CLI input row, a
+    batch item): what the graders accept, so no caller copies its rows."""
+
+    @property
+    def response(self) -> str: ...
+
+    @property
+    def gold(self) -> str: ...
 
 
 class Status(StrEnum):
@@ -161,3 +181,14 @@ class Verdict:
 
     def replace(self, **changes: Any) -> Verdict:
         return dataclasses.replace(self, **changes)
+
+
+# The verdict's fields, named once: every consumer (the cache's entries, the CLI's
+# output lines, the copies a batch hands to duplicate answers) takes its list here.
+VERDICT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Verdict))
+# Read from the response itself: they differ between responses with the same answer.
+PER_RESPONSE_FIELDS = ("format_valid", "extracted", "extraction_method")
+# Decided by (grader version, options, canonical answer, gold): what the cache stores.
+ANSWER_FIELDS = tuple(
+    name for name in VERDICT_FIELDS if name not in {*PER_RESPONSE_FIELDS, "cached"}
+)

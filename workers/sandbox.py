@@ -32,13 +32,14 @@ from workers.childproc import encode_frame, write_all
 from workers.errors import SandboxError
 from workers.models import GradeOptions, Status, Verdict
 from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
+from workers.sizing import SANDBOX_FRAME_ITEMS
+from workers.verdicts import failure_verdict
 
-__all__ = ["GradeFn", "Sandbox", "failure_verdict", "warm_up_verifier"]
+__all__ = ["GradeFn", "Sandbox", "warm_up_verifier"]
 
 log = logging.getLogger(__name__)
 
 _READ_CHUNK_BYTES = 1 << 16
-_MAX_CHUNK_ITEMS = 256
 
 
 # Answers that reach every lazily imported path of the verifier (SymPy included).
@@ -76,14 +77,6 @@ class _Outcome(Enum):
     DIED = "died"
 
 
-def failure_verdict(
-    status: Status, reason: str, response: str, gold: str, options: GradeOptions
-) -> Verdict:
-    """A failure verdict that still carries the (cheap, parent-side) extraction."""
-    prepared = verifier.prepare(response, gold, options=options)
-    return verifier.verdict_from(prepared, status=status, reason=reason)
-
-
 def _verdict_or_none(reply: Any) -> Verdict | None:
     if not (isinstance(reply, dict) and isinstance(reply.get("v"), dict)):
         return None
@@ -108,8 +101,6 @@ class Sandbox:
         rss_poll_interval_s: how often the parent samples the child's RSS while waiting.
         warm_up: before the first fork, grade a few answers in this process so that
             every child starts with the verifier's lazy imports (SymPy) done.
-        on_item: called after every item (a sign of life during long batches); a
-            public attribute, so a task may set it per batch.
 
     Not thread-safe: one caller at a time (one Sandbox per worker process).
     """
@@ -125,7 +116,6 @@ class Sandbox:
         address_space_bytes: int | None = None,
         rss_poll_interval_s: float = 0.01,
         warm_up: bool = True,
-        on_item: Callable[[], None] | None = None,
     ) -> None:
         if item_timeout_s <= 0 or item_memory_bytes <= 0 or recycle_after_items < 1:
             raise ValueError(
@@ -139,7 +129,6 @@ class Sandbox:
         self._grade_fn: GradeFn = grade_fn or verifier.grade
         self._poll_ms = rss_poll_interval_s * 1000.0
         self._warm_up = warm_up
-        self.on_item = on_item
         self._last_options: tuple[GradeOptions | None, dict[str, Any]] = (None, {})
         self._child: ChildProcess | None = None
 
@@ -167,7 +156,7 @@ class Sandbox:
         solo_until = 0  # after a failed send, items go one by one to find the culprit
         while len(results) < len(pairs):
             start = len(results)
-            size = 1 if start < solo_until else _MAX_CHUNK_ITEMS
+            size = 1 if start < solo_until else SANDBOX_FRAME_ITEMS
             chunk = pairs[start : start + min(size, self._recycle_budget())]
             failure = self._send(encode_frame({"o": wire_options, "items": chunk}))
             if failure is not None and len(chunk) > 1:
@@ -201,7 +190,8 @@ class Sandbox:
     # --- internals ---
 
     def _wire_options(self, options: GradeOptions) -> dict[str, Any]:
-        # asdict() costs ~10 µs; callers pass the same options object item after item.
+        # asdict() is costly next to a lookup; callers pass the same options object
+        # item after item.
         if options is not self._last_options[0]:
             self._last_options = (options, options.to_dict())
         return self._last_options[1]
@@ -291,8 +281,6 @@ class Sandbox:
                 verdict = failure_verdict(status, reason, response, gold, options)
                 child_kept = False
             results.append((verdict, duration_s))
-            if self.on_item is not None:
-                self.on_item()
             if not child_kept:
                 break
         return True

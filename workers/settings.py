@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from workers.contract import MAX_AUTO_BATCH_SIZE
 from workers.errors import ConfigError
+from workers.sizing import MAX_AUTO_BATCH_SIZE
 
 __all__ = ["WorkerSettings"]
 
@@ -36,7 +36,8 @@ class WorkerSettings:
             make batches of at most 512 unless told otherwise).
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
-        test_hooks: enable the test-only magic responses (never in production).
+        test_hooks_path: a Python file whose `hooked_grade` replaces the verifier
+            in the sandbox: the test tree's misbehaving grader (never in production).
     """
 
     broker_url: str = DEFAULT_BROKER_URL
@@ -53,7 +54,7 @@ class WorkerSettings:
     max_batch_size: int = MAX_AUTO_BATCH_SIZE
     hostname: str | None = None
     loglevel: str = "INFO"
-    test_hooks: bool = False
+    test_hooks_path: str | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -113,7 +114,7 @@ class WorkerSettings:
             max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", MAX_AUTO_BATCH_SIZE),
             hostname=env.get("GRADEFLEET_HOSTNAME") or None,
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
-            test_hooks=env.get("GRADEFLEET_TEST_HOOKS", "") == "1",
+            test_hooks_path=env.get("GRADEFLEET_TEST_HOOKS") or None,
         )
 
 

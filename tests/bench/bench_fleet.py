@@ -35,8 +35,8 @@ from fleet_procs import (
 
 from producer.client import GradingClient, Rollout
 from workers import verifier
-from workers.contract import MAX_AUTO_BATCH_SIZE
 from workers.models import GradeOptions, Verdict
+from workers.sizing import MAX_AUTO_BATCH_SIZE
 
 HOSTILE = [
     "\\boxed{9^{9^{9^{9}}}}",

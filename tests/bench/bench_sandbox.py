@@ -16,17 +16,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+# The repository root, for `tests.helpers` (a script has only its folder on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.helpers import GSM8K_FILE, QWEN_FILE
 from workers import verifier
 from workers.batch import GradeItem
 from workers.local import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.sandbox import Sandbox
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 OPTIONS = GradeOptions()
 TRIVIAL = Verdict(
     correct=True,
@@ -51,11 +55,11 @@ def trivial_grade(
 
 def rollouts(repeat: int) -> list[GradeItem]:
     pairs: list[tuple[str, str]] = []
-    with (DATA_DIR / "qwen25math_math_cot_100.jsonl").open() as f:
+    with QWEN_FILE.open() as f:
         for line in f:
             record = json.loads(line)
             pairs += [(code, record["gt"]) for code in record["code"]]
-    with (DATA_DIR / "gsm8k_example_model_solutions.jsonl").open() as f:
+    with GSM8K_FILE.open() as f:
         for line in f:
             record = json.loads(line)
             pairs += [

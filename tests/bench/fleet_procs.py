@@ -5,12 +5,9 @@ Also loads the real rollouts from tests/data.
 
 from __future__ import annotations
 
-import ast
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,64 +18,32 @@ from pathlib import Path
 
 import redis
 
-from producer.client import Rollout
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIRS = (REPO_ROOT / "tests" / "data",)
+# For `tests.helpers`: a script has only its own folder on the path.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 
+from producer.client import Rollout  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    free_port,
+    gsm8k_groups,
+    qwen_groups,
+    real_rollouts,
+)
 
-def data_dir() -> Path:
-    for path in DATA_DIRS:
-        if path.is_dir():
-            return path
-    raise SystemExit(f"no data directory among {DATA_DIRS}")
-
-
-def real_rollouts() -> list[Rollout]:
-    """Qwen2.5-Math MATH outputs (800) then GSM8K GPT-3 outputs (5,276)."""
-    out: list[Rollout] = []
-    with (data_dir() / "qwen25math_math_cot_100.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            out += [Rollout(code, record["gt"]) for code in record["code"]]
-    with (data_dir() / "gsm8k_example_model_solutions.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            for key, value in record.items():
-                if key not in ("question", "ground_truth"):
-                    sample = (
-                        value if isinstance(value, dict) else ast.literal_eval(value)
-                    )
-                    out.append(Rollout(sample["solution"], record["ground_truth"]))
-    return out
+__all__ = [
+    "RedisServer",
+    "Worker",
+    "prompts_with_samples",
+    "real_rollouts",
+    "start_redis",
+    "start_workers",
+]
 
 
 def prompts_with_samples() -> list[list[Rollout]]:
     """Real rollouts grouped by prompt (8 per MATH prompt, 4 per GSM8K prompt)."""
-    groups: list[list[Rollout]] = []
-    with (data_dir() / "qwen25math_math_cot_100.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            groups.append([Rollout(code, record["gt"]) for code in record["code"]])
-    with (data_dir() / "gsm8k_example_model_solutions.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            group = []
-            for key, value in record.items():
-                if key not in ("question", "ground_truth"):
-                    sample = (
-                        value if isinstance(value, dict) else ast.literal_eval(value)
-                    )
-                    group.append(Rollout(sample["solution"], record["ground_truth"]))
-            groups.append(group)
-    return groups
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return qwen_groups() + gsm8k_groups()
 
 
 @dataclass
@@ -95,7 +60,7 @@ def start_redis(workdir: Path) -> RedisServer:
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server not found")
-    port = _free_port()
+    port = free_port()
     args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     args += ["--appendonly", "no", "--dir", str(workdir)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
@@ -137,7 +102,8 @@ def start_workers(
     """Start `count` worker nodes (concurrency 1 each); wait until all are ready."""
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="gf-bench-"))
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "GRADEFLEET_TEST_HOOKS": "1", "PYTHONPATH": path}
+    hooks = str(REPO_ROOT / "tests" / "hooks.py")
+    env = {**os.environ, "GRADEFLEET_TEST_HOOKS": hooks, "PYTHONPATH": path}
     if cache_url is not None:
         env["GRADEFLEET_CACHE_URL"] = cache_url
     started = []

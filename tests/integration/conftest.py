@@ -108,7 +108,8 @@ class WorkerFactory:
         wait: bool = True,
     ) -> WorkerProcess:
         name = f"w{len(self.started)}-{uuid.uuid4().hex[:6]}@localhost"
-        env = {**os.environ, "GRADEFLEET_TEST_HOOKS": "1", **(extra_env or {})}
+        hooks = str(REPO_ROOT / "tests" / "hooks.py")
+        env = {**os.environ, "GRADEFLEET_TEST_HOOKS": hooks, **(extra_env or {})}
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
         )

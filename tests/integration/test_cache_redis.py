@@ -9,8 +9,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from workers.cache import RedisResultCache, result_key
+from workers.cache import RedisResultCache
 from workers.errors import CacheError
+from workers.protocol import result_key
 
 pytestmark = pytest.mark.integration
 

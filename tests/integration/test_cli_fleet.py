@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from click.testing import CliRunner
 from producer.batching import LINE_FIELD
 from producer.cli import cli
 from producer.client import GradingClient
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +27,6 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _without_cached(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k != "cached"} for r in records]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _status(redis_url: str, *extra: str) -> dict[str, Any]:
@@ -87,7 +80,7 @@ def test_cli_status_shows_queue_depth_and_live_workers(
         queued = _status(redis_server)
         assert queued["ready"] == before["ready"] + 5
         # And once a worker runs, it is listed live and the queue drains
-        port = _free_port()
+        port = free_port()
         env = {"GRADEFLEET_METRICS_PORT": str(port)}
         workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S, extra_env=env)
         verdicts = job.results()
@@ -131,3 +124,25 @@ def test_cli_grade_deadline_without_workers_exits_6(
     assert "deadline passed" in result.stderr
     assert "missing indexes: 0" in result.stderr
     assert not out.exists()
+
+
+def test_cli_fleet_grade_lone_surrogate_is_escaped_and_every_line_kept(
+    workers: Any, redis_server: str, tmp_path: Path
+) -> None:
+    # Given the line of issue 13 (a lone surrogate escaped in the input JSON)
+    workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S)
+    source = tmp_path / "in.jsonl"
+    good = '{"response":"\\\\boxed{1}","gold":"1"}\n'
+    bad = '{"response":"so \\\\boxed{\\ud800}","gold":"1"}\n'
+    source.write_text(good + bad + good, encoding="ascii")
+    out = tmp_path / "out.jsonl"
+    # When graded on the fleet
+    result = CliRunner().invoke(
+        cli, ["grade", str(source), "-o", str(out), "--broker", redis_server]
+    )
+    # Then every line is written, the surrogate kept as its JSON escape
+    assert result.exit_code == 0, result.output
+    graded = _read_jsonl(out)
+    assert [g[LINE_FIELD] for g in graded] == [1, 2, 3]
+    assert graded[1]["response"] == "so \\boxed{\ud800}"
+    assert [g["correct"] for g in graded] == [True, False, True]

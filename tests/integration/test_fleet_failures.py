@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 
@@ -12,9 +11,10 @@ import pytest
 import redis
 
 from producer.client import GradingClient, Rollout
+from tests.helpers import free_port
+from tests.hooks import HANG
 from workers import verifier
 from workers.models import Status
-from workers.testhooks import HANG
 
 pytestmark = pytest.mark.integration
 
@@ -134,17 +134,11 @@ def _start_private_redis(port: int, workdir) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, stdout=subprocess.DEVNULL)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_fleet_redis_restart_mid_job_resends_lost_batches(
     tmp_path, wait_until, make_workers
 ):
     # Given a private Redis (it will lose everything) and a worker on it
-    port = _free_port()
+    port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     server = _start_private_redis(port, tmp_path)
     client_redis = redis.Redis.from_url(url, socket_timeout=1)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import random
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -16,40 +14,23 @@ from celery import Celery
 from producer.aio import AsyncGradingClient
 from producer.client import GradingClient, Rollout
 from producer.errors import DeadlinePassedError
+from producer.grader import open_grader
+from producer.settings import ProducerSettings
+from tests.helpers import hostile_grade, real_rollouts
+from tests.hooks import ABORT, HANG, OOM, hooked_grade
 from workers import verifier
-from workers.contract import (
-    GRADE_BATCH,
-    QUEUE,
-    batch_to_wire,
-    job_done_key,
-    results_from_wire,
-)
+from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire
 from workers.local import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
-from workers.tasks import attempts_key, partial_key
-from workers.testhooks import ABORT, HANG, OOM, hooked_grade
+from workers.protocol import (
+    attempts_key,
+    job_done_key,
+    partial_key,
+    results_from_wire,
+    task_meta_key,
+)
 
 pytestmark = pytest.mark.integration
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-def _real_rollouts() -> list[Rollout]:
-    """Qwen2.5-Math (800) and GSM8K (5,276) real outputs with their golds."""
-    rollouts = []
-    with (DATA / "qwen25math_math_cot_100.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            rollouts += [Rollout(code, record["gt"]) for code in record["code"]]
-    with (DATA / "gsm8k_example_model_solutions.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            for key, value in record.items():
-                if key in ("question", "ground_truth"):
-                    continue
-                sample = value if isinstance(value, dict) else ast.literal_eval(value)
-                rollouts.append(Rollout(sample["solution"], record["ground_truth"]))
-    return rollouts
 
 
 def _expected(rollouts: list[Rollout]) -> list[Verdict]:
@@ -65,9 +46,15 @@ def _same(got: Verdict, want: Verdict) -> bool:
     return got.replace(cached=False) == want.replace(cached=False)
 
 
+def _differing(first: list[Verdict], second: list[Verdict]) -> list[int]:
+    """Indexes where two verdict lists differ (apart from the cache flag)."""
+    pairs = zip(first, second, strict=True)
+    return [i for i, (a, b) in enumerate(pairs) if not _same(a, b)]
+
+
 def test_fleet_grades_10k_real_rollouts_in_order_like_grade(fleet):
     # Given 10,000 real rollouts (the real data, repeated and shuffled)
-    base = _real_rollouts()
+    base = real_rollouts()
     rollouts = (base * 2)[:10_000]
     random.Random(7).shuffle(rollouts)
     want = _expected(rollouts)
@@ -82,7 +69,7 @@ def test_fleet_grades_10k_real_rollouts_in_order_like_grade(fleet):
 
 def test_fleet_verdicts_equal_embedded_local_pool(fleet):
     # Given real rollouts with the hostile items mixed in
-    rollouts = _real_rollouts()[::3] + _hostile_batch()
+    rollouts = real_rollouts()[::3] + _hostile_batch()
     # When the fleet and the embedded pool (same limits, no cache) grade them
     with GradingClient(fleet.redis_url, deadline_s=60) as client:
         remote = client.grade(rollouts)
@@ -95,10 +82,23 @@ def test_fleet_verdicts_equal_embedded_local_pool(fleet):
     ) as pool:
         local = pool.grade(rollouts, GradeOptions())
     # Then the verdicts are identical (apart from the cache flag)
-    diff = [
-        i for i, (a, b) in enumerate(zip(remote, local, strict=True)) if not _same(a, b)
-    ]
+    diff = _differing(remote, local)
     assert diff == [], (len(diff), remote[diff[0]], local[diff[0]])
+
+
+def test_fleet_and_embedded_graders_give_identical_verdicts(fleet):
+    # Given real rollouts
+    rollouts = real_rollouts()[::7]
+    settings = ProducerSettings(processes=2, cache_dir=None, deadline_s=60)
+    # When the same rollouts go through the fleet's and the embedded `Grader`
+    got = {}
+    for url in (fleet.redis_url, None):
+        ticks: list[int] = []
+        with open_grader(url, settings=settings) as grader:
+            got[url] = grader.grade(rollouts, on_progress=ticks.append, deadline_s=60)
+        assert sum(ticks) == len(rollouts)
+    # Then the verdicts are identical (apart from the cache flag)
+    assert _differing(got[fleet.redis_url], got[None]) == []
 
 
 def test_fleet_duplicate_answers_graded_once(fleet, fleet_redis):
@@ -217,7 +217,7 @@ def _send_wire(url: str, wire: dict, *, serializer: str = "json") -> None:
 
 
 def _task_result(redis_client, task_id: str, wait_until) -> dict:
-    key = f"celery-task-meta-{task_id}"
+    key = task_meta_key(task_id)
 
     def finished():
         raw = redis_client.get(key)
@@ -301,7 +301,43 @@ def test_fleet_poison_batch_answered_error_not_looped(fleet, fleet_redis, wait_u
     # Then its items are answered `error` instead of being graded again
     pairs = results_from_wire(meta["result"])
     assert [v.status for _, v in pairs] == [Status.ERROR, Status.ERROR]
-    assert pairs[0][1].reason == "poison batch: 4 attempts"
+    assert pairs[0][1].reason == "poison batch: its worker was lost 3 times"
+
+
+def test_fleet_and_local_pool_give_the_same_poison_batch_verdicts(
+    fleet, fleet_redis, wait_until
+):
+    # Given a batch whose answers can be extracted, but whose worker dies on every
+    # delivery: in the fleet, 3 deliveries that never finished (3 = max attempts) ...
+    items = [(0, "kill-my-worker \\boxed{3}", "3"), (1, "so \\boxed{x^2}", "y")]
+    batch_id = f"poison-{uuid.uuid4().hex}"
+    fleet_redis.set(attempts_key(batch_id), 3)
+    wire = batch_to_wire(
+        job_id="test",
+        batch_id=batch_id,
+        items=items,
+        options=GradeOptions(),
+        enqueued_at=time.time(),
+    )
+    # When the fleet gets it a 4th time and the local pool loses 3 workers on it
+    _send_wire(fleet.redis_url, dict(wire))
+    fleet_pairs = results_from_wire(
+        _task_result(fleet_redis, batch_id, wait_until)["result"]
+    )
+    with LocalPool(
+        processes=1,
+        item_timeout_s=5.0,
+        item_memory_bytes=1024 * 1024 * 1024,
+        cache_path=None,
+        grade_fn=hostile_grade,
+        max_attempts=3,
+    ) as pool:
+        local = pool.grade([Rollout(r, g) for _, r, g in items], GradeOptions())
+    # Then both answer every item with the same error verdict, extraction kept
+    fleet_verdicts = [verdict for _, verdict in fleet_pairs]
+    assert fleet_verdicts == local
+    assert [v.status for v in local] == [Status.ERROR, Status.ERROR]
+    assert [v.extracted for v in local] == ["3", "x^2"]
 
 
 def test_fleet_redelivered_batch_reuses_saved_verdicts(fleet, fleet_redis, wait_until):

@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from producer.client import GradingClient, Rollout
-from workers.contract import QUEUE, batch_items_key
+from workers.contract import QUEUE
+from workers.protocol import batch_items_key
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,19 +21,14 @@ import pytest
 import redis
 
 from producer.client import GradingClient, Rollout
-from workers.testhooks import HANG
+from tests.helpers import free_port
+from tests.hooks import HANG
 
 pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ITEM_TIMEOUT_S = 3.0
 _DEADLINE_S = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str, timeout_s: float = 5.0) -> bytes:
@@ -59,7 +53,7 @@ class PrometheusServer:
             "  - job_name: gradefleet-workers\n"
             f"    static_configs: [{{targets: ['{target}']}}]\n"
         )
-        self.port = _free_port()
+        self.port = free_port()
         self.log_path = workdir / "prometheus.log"
         args = [binary, f"--config.file={config}"]
         args += [f"--storage.tsdb.path={workdir / 'data'}"]
@@ -131,7 +125,7 @@ def wait_for(
 @pytest.fixture
 def node(workers, tmp_path: Path) -> Iterator[tuple[object, int, PrometheusServer]]:
     """One worker node (2 prefork processes) with --metrics-port, and a Prometheus."""
-    metrics_port = _free_port()
+    metrics_port = free_port()
     env = {
         "GRADEFLEET_METRICS_PORT": str(metrics_port),
         "GRADEFLEET_METRICS_DIR": str(tmp_path / "prom-multiproc"),

@@ -19,6 +19,7 @@ from producer.batching import (
     Summary,
     atomic_output,
     chunked,
+    dump_line,
     graded_record,
     parse_line,
     read_rows,
@@ -232,3 +233,12 @@ def test_batching_summary_of_nothing_says_na() -> None:
     table = dict(Summary().rows())
     assert table["accuracy"] == "n/a"
     assert table["throughput"] == "n/a"
+
+
+def test_batching_dump_line_escapes_lone_surrogates_only() -> None:
+    record = {"a": "x\ud800y", "b\udfff": "é ✓", "c": "\U0001f600"}
+    line = dump_line(record)
+    line.encode("utf-8")  # writable as UTF-8
+    assert json.loads(line) == record
+    assert "é ✓" in line  # the rest stays readable
+    assert "\U0001f600" in line

@@ -14,8 +14,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from workers.cache import _REDIS_SCRIPT_CHUNK, RedisResultCache, result_key
+from workers.cache import _REDIS_SCRIPT_CHUNK, RedisResultCache
 from workers.errors import CacheError
+from workers.protocol import result_key
 
 ENTRY = {
     "status": "wrong",

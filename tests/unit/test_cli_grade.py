@@ -233,3 +233,32 @@ def test_cli_grade_many_malformed_lines_are_summarised(tmp_path: Path) -> None:
     assert result.stderr.count(": invalid JSON") == 20
     assert "... and 5 more malformed lines" in result.stderr
     assert len(_read_jsonl(tmp_path / "o.jsonl")) == 1
+
+
+# The line of issue 13, byte for byte: a lone surrogate escaped in the input JSON.
+SURROGATE_LINE = '{"response":"so \\\\boxed{\\ud800}","gold":"1"}\n'
+
+
+@pytest.mark.parametrize("cache", ["--no-cache", "--cache-dir"])
+def test_cli_grade_lone_surrogate_is_escaped_and_every_line_kept(
+    tmp_path: Path, cache: str
+) -> None:
+    # Given the issue's line between two ordinary ones
+    source = tmp_path / "in.jsonl"
+    good = '{"response":"\\\\boxed{1}","gold":"1"}\n'
+    source.write_text(good + SURROGATE_LINE + good, encoding="ascii")
+    out = tmp_path / "out.jsonl"
+    extra = [cache] if cache == "--no-cache" else [cache, str(tmp_path / "c")]
+    # When graded in embedded mode (to a file, and to stdout)
+    result = _run(str(source), "-o", str(out), *extra, *ITEM_TIMEOUT)
+    to_stdout = _run(str(source), "-o", "-", "-q", *extra, *ITEM_TIMEOUT)
+    # Then every line is written, the surrogate kept as its JSON escape
+    assert result.exit_code == 0, result.output
+    graded = _read_jsonl(out)
+    assert [g[LINE_FIELD] for g in graded] == [1, 2, 3]
+    assert graded[1]["response"] == "so \\boxed{\ud800}"
+    assert [g["correct"] for g in graded] == [True, False, True]
+    assert "\\ud800" in out.read_text("utf-8")
+    assert to_stdout.exit_code == 0, to_stdout.output
+    again = [json.loads(x) for x in to_stdout.stdout.splitlines()]
+    assert _without_cached(again) == _without_cached(graded)

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from producer.client import GradingClient, Rollout, validate_rollouts
+from producer.client import GradingClient, Rollout
 from producer.errors import BrokerUnavailableError, InvalidRolloutError
 from producer.job import format_ranges
+from producer.rollouts import validate_rollouts
 from producer.settings import redact_url
 
 

@@ -9,24 +9,28 @@ import pytest
 
 from workers.contract import (
     GRADE_BATCH,
-    JOB_BATCHES,
-    MAX_AUTO_BATCH_SIZE,
     MAX_PAYLOAD_BYTES,
-    MIN_BATCH_SIZE,
     QUEUE,
-    SCHEMA_VERSION,
     attach_items,
     batch_from_wire,
-    batch_items_key,
-    batch_size_for,
     batch_to_wire,
     detach_items,
     items_reference,
-    result_to_wire,
-    results_from_wire,
 )
 from workers.errors import InvalidRequestError
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.protocol import (
+    SCHEMA_VERSION,
+    batch_items_key,
+    result_to_wire,
+    results_from_wire,
+)
+from workers.sizing import (
+    JOB_BATCHES,
+    MAX_AUTO_BATCH_SIZE,
+    MIN_BATCH_SIZE,
+    batch_size_for,
+)
 
 
 def _wire(**changes: Any) -> dict[str, Any]:

@@ -2,56 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
 from pathlib import Path
 
+from tests.helpers import gsm8k_groups, hostile_grade, qwen_groups
 from workers import verifier
 from workers.batch import GradeItem
 from workers.local import LocalPool
 from workers.models import GradeOptions, Status, Verdict
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 OPTIONS = GradeOptions()
 MIB = 1 << 20
 
 
-def hostile_grade(
-    response: str, gold: str, *, options: GradeOptions | None = None
-) -> Verdict:
-    """`verifier.grade`, except for magic responses that misbehave on purpose."""
-    if response == "hang":
-        time.sleep(60)
-    elif response == "kill-my-worker":
-        os.kill(
-            os.getppid(), signal.SIGKILL
-        )  # the sandbox child's parent is the worker
-        time.sleep(60)
-    elif response.startswith("once:"):
-        mark = Path(response.split(":", 1)[1])
-        if not mark.exists():
-            mark.write_text(str(os.getppid()))
-            time.sleep(60)
-    return verifier.grade(response, gold, options=options)
-
-
 def real_rollouts() -> list[GradeItem]:
-    items: list[GradeItem] = []
-    with (DATA_DIR / "qwen25math_math_cot_100.jsonl").open() as f:
-        for line in f:
-            record = json.loads(line)
-            for response in record["code"]:
-                items.append(GradeItem(len(items), response, record["gt"]))
-    with (DATA_DIR / "gsm8k_example_model_solutions.jsonl").open() as f:
-        for line in list(f)[:100]:
-            record = json.loads(line)
-            for model in ("6b_finetuning", "6b_verification"):
-                solution = record[model]["solution"]
-                items.append(GradeItem(len(items), solution, record["ground_truth"]))
-    return items
+    """Qwen2.5-Math outputs (800) and 200 GSM8K ones (the 6B models' columns)."""
+    groups = qwen_groups() + [group[:2] for group in gsm8k_groups()[:100]]
+    rollouts = [rollout for group in groups for rollout in group]
+    return [GradeItem(i, r.response, r.gold) for i, r in enumerate(rollouts)]
 
 
 def make_pool(**kw: object) -> LocalPool:
@@ -140,7 +111,7 @@ def test_local_pool_poison_batch_ends_as_errors() -> None:
         again = pool.grade(items[:10], OPTIONS)  # the pool still works afterwards
     assert all(v.correct for v in verdicts[:10] + verdicts[20:])
     assert {v.status for v in verdicts[10:20]} == {Status.ERROR}
-    assert "died on this batch 2 times" in verdicts[12].reason
+    assert "poison batch: its worker was lost 2 times" in verdicts[12].reason
     assert all(v.correct for v in again)
 
 

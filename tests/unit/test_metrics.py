@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from importlib import metadata
 
 import pytest
@@ -11,6 +10,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 import workers
+from tests.helpers import free_port
 from workers.metrics import (
     RESTART_REASONS,
     ProducerMetrics,
@@ -171,16 +171,10 @@ def test_metrics_default_registry_is_private():
     assert first.registry is not second.registry
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_metrics_queue_depth_redis_down_does_not_fail_scrape(registry):
     # Given a client pointed at a port where nothing listens
     client = redis.Redis(
-        port=_free_port(), socket_timeout=0.5, socket_connect_timeout=0.5
+        port=free_port(), socket_timeout=0.5, socket_connect_timeout=0.5
     )
     registry.register(QueueDepthCollector(client, ["gradefleet"]))
     # When scraped, Then the scrape succeeds and says the depth is unknown

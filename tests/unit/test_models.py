@@ -60,3 +60,20 @@ def test_models_verdict_from_dict_defaults_missing_methods_to_none():
     )
     assert verdict.extraction_method is ExtractionMethod.NONE
     assert verdict.verify_method is VerifyMethod.NONE
+
+
+def test_models_verdict_field_lists_partition_the_verdict() -> None:
+    from workers.models import ANSWER_FIELDS, PER_RESPONSE_FIELDS, VERDICT_FIELDS
+
+    verdict = Verdict(
+        correct=True,
+        status=Status.CORRECT,
+        format_valid=True,
+        extracted="1",
+        extraction_method=ExtractionMethod.BOXED,
+    )
+    # to_dict spells its fields out (a hot path): it must name exactly these
+    assert tuple(verdict.to_dict()) == VERDICT_FIELDS
+    assert sorted([*ANSWER_FIELDS, *PER_RESPONSE_FIELDS, "cached"]) == sorted(
+        VERDICT_FIELDS
+    )

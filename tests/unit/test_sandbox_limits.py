@@ -6,42 +6,15 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.helpers import MIB, hostile_grade
 from workers import verifier
-from workers.models import GradeOptions, Status, Verdict
+from workers.models import GradeOptions, Status
 from workers.sandbox import Sandbox
 
 OPTIONS = GradeOptions()
-MIB = 1 << 20
-
-
-def hostile_grade(
-    response: str, gold: str, *, options: GradeOptions | None = None
-) -> Verdict:
-    """`verifier.grade`, except for magic responses that misbehave on purpose."""
-    if response == "hang":
-        time.sleep(60)
-    elif response == "nap":
-        time.sleep(0.5)
-    elif response == "alloc-at-once":
-        _blob = bytearray(4096 * MIB)
-    elif response == "alloc-slowly":
-        blobs = []
-        while True:
-            blobs.append(b"x" * (8 * MIB))
-    elif response == "abort":
-        os.abort()
-    elif response == "segv":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    elif response == "raise":
-        raise KeyError("grader bug")
-    elif response.startswith("sleep-then-mark:"):
-        Path(response.split(":", 1)[1]).touch()
-        time.sleep(60)
-    return verifier.grade(response, gold, options=options)
 
 
 def make_sandbox(**kw: object) -> Sandbox:
@@ -198,17 +171,6 @@ def test_sandbox_interrupted_mid_item_never_misreads_a_late_answer() -> None:
     finally:
         timer.cancel()
         signal.signal(signal.SIGUSR1, previous)
-
-
-def test_sandbox_on_item_fires_once_per_item_even_on_failures() -> None:
-    ticks: list[int] = []
-    pairs = [("\\boxed{1}", "1"), ("hang", "1"), ("abort", "1"), ("\\boxed{2}", "2")]
-    with make_sandbox(item_timeout_s=0.3, on_item=lambda: ticks.append(1)) as sandbox:
-        sandbox.grade_many(pairs, OPTIONS)
-        assert len(ticks) == 4
-        sandbox.on_item = None
-        sandbox.grade("\\boxed{1}", "1", OPTIONS)
-    assert len(ticks) == 4
 
 
 def test_sandbox_item_too_big_to_receive_is_memory_limit_for_it_alone() -> None:

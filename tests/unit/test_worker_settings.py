@@ -23,7 +23,7 @@ def test_worker_settings_defaults_from_empty_env():
     assert settings.item_memory_bytes == 1024 * 1024 * 1024
     assert settings.max_attempts == 3
     assert settings.metrics_port == 0
-    assert settings.test_hooks is False
+    assert settings.test_hooks_path is None
 
 
 def test_worker_settings_read_every_variable():
@@ -39,7 +39,7 @@ def test_worker_settings_read_every_variable():
             "GRADEFLEET_METRICS_PORT": "9100",
             "GRADEFLEET_METRICS_DIR": "/tmp/m",
             "GRADEFLEET_MAX_ATTEMPTS": "5",
-            "GRADEFLEET_TEST_HOOKS": "1",
+            "GRADEFLEET_TEST_HOOKS": "/t/hooks.py",
         }
     )
     assert settings.backend_url == "redis://r:1/0"
@@ -48,7 +48,7 @@ def test_worker_settings_read_every_variable():
     assert (settings.item_memory_mb, settings.cache_ttl_s) == (256, 60)
     assert (settings.metrics_port, settings.metrics_dir) == (9100, "/tmp/m")
     assert settings.max_attempts == 5
-    assert settings.test_hooks is True
+    assert settings.test_hooks_path == "/t/hooks.py"
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """TEST-ONLY grading hooks: magic responses that hang, bloat or abort the sandbox child.
 
-Enabled only by `GRADEFLEET_TEST_HOOKS=1` (read in `workers.__main__`); never in
-production. They stand in for hostile inputs the verifier's own bounds already refuse,
-so the fleet's hard limits (deadline, memory cap, crash) can be tested end to end.
+Lives in the test tree, not in the shipped package: a worker loads this file only
+when `GRADEFLEET_TEST_HOOKS` names it (the integration fixtures and the benchmarks set
+it; production never does). They stand in for hostile inputs the verifier's own
+bounds already refuse, so the fleet's hard limits (deadline, memory cap, crash) can be
+tested end to end.
 """
 
 from __future__ import annotations

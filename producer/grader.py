@@ -1,0 +1,258 @@
+"""The one seam every front end grades through: `open_grader(url)` -> a `Grader`.
+
+The URL picks where rollouts are graded, and the verdicts are the same everywhere:
+
+    None                  the embedded pool of local processes (`workers.local`)
+    redis:// rediss://    a Celery fleet (`producer.client.GradingClient`)
+    http:// https://      a running `gradefleet serve` (registered by its module)
+
+A new transport registers its URL schemes with `register_scheme`; the factory is
+named by "module:function" so that nothing is imported until a URL needs it (the
+embedded pool pulls in SymPy, the fleet client Celery).
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Protocol, Self
+from urllib.parse import urlsplit
+
+from producer.errors import DeadlinePassedError, ProducerError
+from producer.rollouts import validate_rollouts
+from producer.settings import ProducerSettings
+from workers.models import GradeOptions, RolloutLike, Verdict
+
+__all__ = [
+    "Grader",
+    "GraderBase",
+    "GraderFactory",
+    "ProgressFn",
+    "open_grader",
+    "register_scheme",
+]
+
+ProgressFn = Callable[[int], None]
+"""Called with the number of rollouts graded since the previous call."""
+
+
+class Grader(Protocol):
+    """Grades rollouts somewhere; the same verdicts whichever `open_grader` URL."""
+
+    def grade(
+        self,
+        rollouts: Sequence[RolloutLike],
+        *,
+        on_progress: ProgressFn | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Verdict]:
+        """Verdict i belongs to rollouts[i].
+
+        Args:
+            rollouts: anything with `response` and `gold` strings.
+            on_progress: called as rollouts finish, with how many more are done.
+            deadline_s: seconds from now; None: wait as long as it takes.
+
+        Raises:
+            InvalidRolloutError: a rollout's text is not a string or too long.
+            DeadlinePassedError: `deadline_s` passed before every verdict arrived.
+            BrokerUnavailableError: a remote grader cannot be reached.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release processes and connections (idempotent)."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+GraderFactory = Callable[[str | None, GradeOptions, ProducerSettings], Grader]
+"""Builds a grader from (url, options, settings)."""
+
+_EMBEDDED = ""  # the "scheme" of no URL
+_FACTORIES: dict[str, str | GraderFactory] = {
+    _EMBEDDED: "producer.grader:_open_embedded",
+    "redis": "producer.grader:_open_fleet",
+    "rediss": "producer.grader:_open_fleet",
+}
+
+
+def register_scheme(scheme: str, factory: str | GraderFactory) -> None:
+    """Make `open_grader` build `scheme://` URLs with `factory` (a callable, or its
+    "module:function" name, imported on first use)."""
+    _FACTORIES[scheme.lower()] = factory
+
+
+def open_grader(
+    url: str | None = None,
+    *,
+    options: GradeOptions | None = None,
+    settings: ProducerSettings | None = None,
+) -> Grader:
+    """The grader for `url` (None: the embedded pool on this machine).
+
+    Args:
+        url: where to grade (see the module docstring).
+        options: verdict-changing options for every rollout graded.
+        settings: batch size, item limits, processes, cache directory.
+
+    Raises:
+        ProducerError: no grader is registered for the URL's scheme.
+        BrokerUnavailableError: a fleet URL whose broker does not answer.
+    """
+    scheme = _EMBEDDED if not url else urlsplit(url).scheme.lower()
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        known = ", ".join(sorted(f"{s}://" for s in _FACTORIES if s))
+        raise ProducerError(f"no grader for {scheme or url!r} URLs (known: {known})")
+    if isinstance(factory, str):
+        module, _, name = factory.partition(":")
+        factory = getattr(importlib.import_module(module), name)
+        assert callable(factory)
+    options = options or GradeOptions()
+    return factory(url or None, options, settings or ProducerSettings())
+
+
+class GraderBase(abc.ABC):
+    """A base for `Grader` implementations: the context-manager plumbing around
+    `grade` and `close` (subclassing it is optional; the protocol is what counts)."""
+
+    @abc.abstractmethod
+    def grade(
+        self,
+        rollouts: Sequence[RolloutLike],
+        *,
+        on_progress: ProgressFn | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Verdict]:
+        """See `Grader.grade`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """See `Grader.close`."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _deadline_at(deadline_s: float | None) -> float | None:
+    return None if deadline_s is None else time.monotonic() + deadline_s
+
+
+class _EmbeddedGrader(GraderBase):
+    """The local pool: worker processes on this machine, each with its own sandbox."""
+
+    def __init__(self, options: GradeOptions, settings: ProducerSettings) -> None:
+        # Imported here: the pool pulls in the sandbox and the verifier (SymPy).
+        from workers.local import LocalPool
+        from workers.sizing import LOCAL_BATCH_SIZE
+
+        if settings.cache_dir is not None:
+            settings.cache_dir.mkdir(parents=True, exist_ok=True)
+        self._options = options
+        self._pool = LocalPool(
+            processes=settings.processes or os.cpu_count() or 1,
+            item_timeout_s=settings.item_timeout_s,
+            item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
+            cache_path=settings.cache_path,
+            batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
+        )
+
+    def grade(
+        self,
+        rollouts: Sequence[RolloutLike],
+        *,
+        on_progress: ProgressFn | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Verdict]:
+        from workers.errors import DeadlineError
+
+        validate_rollouts(rollouts)
+        done = 0
+
+        def advance(done_in_call: int) -> None:  # the pool reports a running total
+            nonlocal done
+            if on_progress is not None:
+                on_progress(done_in_call - done)
+            done = done_in_call
+
+        try:
+            return self._pool.grade(
+                rollouts,
+                self._options,
+                on_progress=advance,
+                deadline_at=_deadline_at(deadline_s),
+            )
+        except DeadlineError as exc:
+            raise DeadlinePassedError(str(exc)) from exc
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class _FleetGrader(GraderBase):
+    """A Celery fleet through Redis (`GradingClient`)."""
+
+    def __init__(
+        self, url: str, options: GradeOptions, settings: ProducerSettings
+    ) -> None:
+        from producer.client import GradingClient
+
+        self._client = GradingClient(
+            url,
+            batch_size=settings.batch_size,
+            options=options,
+            item_timeout_s=settings.item_timeout_s,
+        )
+
+    def grade(
+        self,
+        rollouts: Sequence[RolloutLike],
+        *,
+        on_progress: ProgressFn | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Verdict]:
+        job = self._client.submit(rollouts, deadline_s=deadline_s)
+        verdicts: list[Verdict | None] = [None] * len(rollouts)
+        for index, verdict in job.as_completed():
+            verdicts[index] = verdict
+            if on_progress is not None:
+                on_progress(1)
+        # as_completed() ends only once every index has a verdict (else it raises).
+        return [v for v in verdicts if v is not None]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _open_embedded(
+    url: str | None, options: GradeOptions, settings: ProducerSettings
+) -> Grader:
+    return _EmbeddedGrader(options, settings)
+
+
+def _open_fleet(
+    url: str | None, options: GradeOptions, settings: ProducerSettings
+) -> Grader:
+    assert url is not None
+    return _FleetGrader(url, options, settings)

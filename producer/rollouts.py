@@ -1,0 +1,38 @@
+"""Rollouts as the producer takes them, validated once at its entry (no Celery here).
+
+A rollout is a `workers.models.Rollout`, anything else with `response` and `gold`
+attributes (a CLI input row), or a mapping with those keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from producer.errors import InvalidRolloutError
+from workers.contract import text_error
+
+__all__ = ["validate_rollouts"]
+
+
+def _texts(rollout: object, index: int) -> tuple[str, str]:
+    response: object
+    gold: object
+    if isinstance(rollout, Mapping):
+        response, gold = rollout.get("response"), rollout.get("gold")
+    elif hasattr(rollout, "response") and hasattr(rollout, "gold"):
+        response, gold = rollout.response, rollout.gold
+    else:
+        kind = type(rollout).__name__
+        raise InvalidRolloutError(
+            f"rollout {index}: expected Rollout or mapping, got {kind}"
+        )
+    if not isinstance(response, str) or not isinstance(gold, str):
+        raise InvalidRolloutError(f"rollout {index}: response and gold must be strings")
+    if (error := text_error(response, gold)) is not None:
+        raise InvalidRolloutError(f"rollout {index}: {error}")
+    return response, gold
+
+
+def validate_rollouts(rollouts: Iterable[object]) -> list[tuple[int, str, str]]:
+    """`(index, response, gold)` for each rollout, or InvalidRolloutError naming one."""
+    return [(i, *_texts(rollout, i)) for i, rollout in enumerate(rollouts)]

@@ -1,0 +1,118 @@
+"""Shared test helpers: data paths, real rollouts, free ports, a misbehaving grader.
+
+Importable as `tests.helpers` (tests/conftest.py puts the repository root on the
+path), and by the benchmarks, which run with the repository root on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+from workers import verifier
+from workers.models import GradeOptions, Rollout, Verdict
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = REPO_ROOT / "tests" / "data"
+QWEN_FILE = DATA_DIR / "qwen25math_math_cot_100.jsonl"
+GSM8K_FILE = DATA_DIR / "gsm8k_example_model_solutions.jsonl"
+MIB = 1 << 20
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def qwen_groups() -> list[list[Rollout]]:
+    """Qwen2.5-Math outputs on MATH, 8 per prompt (100 prompts)."""
+    groups = []
+    with QWEN_FILE.open() as lines:
+        for line in lines:
+            record = json.loads(line)
+            groups.append([Rollout(code, record["gt"]) for code in record["code"]])
+    return groups
+
+
+def gsm8k_groups() -> list[list[Rollout]]:
+    """GPT-3 outputs on GSM8K, one per model column (4 per prompt, 1,319 prompts)."""
+    groups = []
+    with GSM8K_FILE.open() as lines:
+        for line in lines:
+            record = json.loads(line)
+            group = []
+            for key, value in record.items():
+                if key in ("question", "ground_truth"):
+                    continue
+                sample = value if isinstance(value, dict) else ast.literal_eval(value)
+                group.append(Rollout(sample["solution"], record["ground_truth"]))
+            groups.append(group)
+    return groups
+
+
+def real_rollouts() -> list[Rollout]:
+    """Qwen2.5-Math MATH outputs (800) then GSM8K GPT-3 outputs (5,276)."""
+    return [r for group in qwen_groups() + gsm8k_groups() for r in group]
+
+
+def _alloc_slowly() -> None:
+    blobs = []
+    while True:
+        blobs.append(b"x" * (8 * MIB))
+
+
+def _raise() -> None:
+    raise KeyError("grader bug")
+
+
+def _kill_parent() -> None:
+    os.kill(os.getppid(), signal.SIGKILL)  # the sandbox child's parent
+    time.sleep(60)
+
+
+def _mark_then_hang(path: str) -> None:
+    Path(path).touch()
+    time.sleep(60)
+
+
+def _hang_once(path: str) -> None:
+    mark = Path(path)
+    if not mark.exists():
+        mark.write_text(str(os.getppid()))
+        time.sleep(60)
+
+
+# Exact responses, then prefixes "name:<path>": what each makes the grader do.
+_MISBEHAVIOURS = {
+    "hang": lambda: time.sleep(60),
+    "nap": lambda: time.sleep(0.5),
+    "alloc-at-once": lambda: bytearray(4096 * MIB),
+    "alloc-slowly": _alloc_slowly,
+    "abort": os.abort,
+    "segv": lambda: os.kill(os.getpid(), signal.SIGSEGV),
+    "raise": _raise,
+}
+_PREFIXED = {"sleep-then-mark": _mark_then_hang, "once": _hang_once}
+
+
+def hostile_grade(
+    response: str, gold: str, *, options: GradeOptions | None = None
+) -> Verdict:
+    """`verifier.grade`, except for magic responses that misbehave on purpose (in a
+    sandbox child; "kill-my-worker" anywhere in a response kills the child's parent,
+    the grading process)."""
+    name, _, argument = response.partition(":")
+    if response in _MISBEHAVIOURS:
+        _MISBEHAVIOURS[response]()
+    elif name in _PREFIXED and argument:
+        _PREFIXED[name](argument)
+    elif "kill-my-worker" in response:
+        _kill_parent()
+    return verifier.grade(response, gold, options=options)

@@ -1,0 +1,213 @@
+"""The Redis side of the wire: every key a batch goes through, and the result envelope.
+
+Pure stdlib (the producer imports it without worker code). Every Redis key name of
+ours, and of Celery's and kombu's that we read or write, is spelled here and nowhere
+else (checked by tests/unit/test_protocol.py). The README's key table lists them.
+
+A batch's result travels in Celery's result-key layout (the "task meta"): the worker
+writes STARTED and SUCCESS itself (`task_meta`), PROGRESS through Celery's
+`update_state` (`progress_meta`), and Celery writes FAILURE; the producer reads all
+four with `read_task_meta`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypedDict
+
+from workers.errors import InvalidRequestError
+from workers.models import Verdict
+
+__all__ = [
+    "KEY_PREFIX",
+    "RUNNING_STATES",
+    "SCHEMA_VERSION",
+    "TASK_META_PREFIX",
+    "UNACKED_KEY",
+    "TaskMeta",
+    "WireResult",
+    "WireResultItem",
+    "attempts_key",
+    "batch_items_key",
+    "job_done_key",
+    "partial_key",
+    "priority_queue_keys",
+    "progress_meta",
+    "read_task_meta",
+    "result_json",
+    "result_key",
+    "result_to_wire",
+    "results_from_wire",
+    "task_meta",
+    "task_meta_key",
+]
+
+SCHEMA_VERSION = 1
+# Our keys: versioned, so a change of layout never reads an older one.
+KEY_PREFIX = "gradefleet:v1:"
+# Celery's Redis result backend (`KeyValueStoreBackend.task_keyprefix`).
+TASK_META_PREFIX = "celery-task-meta-"
+# kombu's Redis transport: delivered-but-unacked messages, one hash for all queues.
+UNACKED_KEY = "unacked"
+# kombu's priority lists sit beside the plain queue list as "<queue>\x06\x16<step>".
+_PRIORITY_SEP = "\x06\x16"
+_PRIORITY_STEPS = (3, 6, 9)
+RUNNING_STATES = frozenset({"STARTED", "PROGRESS"})
+
+
+def batch_items_key(batch_id: str) -> str:
+    """String (broker's Redis): a batch's items as JSON, stored by the producer."""
+    return f"{KEY_PREFIX}items:{batch_id}"
+
+
+def job_done_key(job_id: str) -> str:
+    """List (result backend): ids of a job's batches whose result is stored; the
+    producer blocks on it (BLPOP) instead of polling."""
+    return f"{KEY_PREFIX}done:{job_id}"
+
+
+def attempts_key(batch_id: str) -> str:
+    """Counter (broker's Redis): started-but-unfinished deliveries of one batch."""
+    return f"{KEY_PREFIX}attempts:{batch_id}"
+
+
+def partial_key(batch_id: str) -> str:
+    """Hash (broker's Redis): index -> verdict JSON of a batch's items graded so far."""
+    return f"{KEY_PREFIX}partial:{batch_id}"
+
+
+def result_key(digest: str, namespace: str = "gradefleet") -> str:
+    """String (cache Redis): one cached result, by `cache.cache_key()` digest."""
+    return f"{namespace}:v1:result:{digest}"
+
+
+def task_meta_key(task_id: str) -> str:
+    """String (result backend): Celery's result key of one task (= one batch)."""
+    return TASK_META_PREFIX + task_id
+
+
+def priority_queue_keys(queue: str) -> list[str]:
+    """The plain list of `queue` and kombu's priority lists beside it."""
+    return [queue, *(f"{queue}{_PRIORITY_SEP}{step}" for step in _PRIORITY_STEPS)]
+
+
+# --- the result envelope ---------------------------------------------------------
+
+
+class WireResultItem(TypedDict):
+    """One graded rollout: its input index and `Verdict.to_dict()`."""
+
+    index: int
+    verdict: dict[str, Any]
+
+
+class WireResult(TypedDict):
+    """A batch's SUCCESS result (inside the task meta's `result`)."""
+
+    schema: int
+    job_id: str
+    batch_id: str
+    results: list[WireResultItem]
+
+
+def result_to_wire(
+    *, job_id: str, batch_id: str, results: Sequence[tuple[int, Verdict]]
+) -> WireResult:
+    """Build a batch's result, items sorted by index."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "job_id": job_id,
+        "batch_id": batch_id,
+        "results": [
+            {"index": index, "verdict": verdict.to_dict()}
+            for index, verdict in sorted(results, key=lambda pair: pair[0])
+        ],
+    }
+
+
+def result_json(
+    *, job_id: str, batch_id: str, results: Sequence[tuple[int, Verdict]]
+) -> str:
+    """`result_to_wire` as JSON text (one encoder pass over the whole batch)."""
+    return json.dumps(result_to_wire(job_id=job_id, batch_id=batch_id, results=results))
+
+
+def results_from_wire(data: object) -> list[tuple[int, Verdict]]:
+    """Parse a batch's result into `(index, Verdict)` pairs.
+
+    Raises:
+        InvalidRequestError: the payload does not match `WireResult`.
+    """
+    if not isinstance(data, Mapping) or data.get("schema") != SCHEMA_VERSION:
+        raise InvalidRequestError("result is not a schema-1 object")
+    raw = data.get("results")
+    if not isinstance(raw, list):
+        raise InvalidRequestError("result has no results list")
+    pairs: list[tuple[int, Verdict]] = []
+    for item in raw:
+        try:
+            pairs.append((int(item["index"]), Verdict.from_dict(item["verdict"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"malformed result item: {exc!r}") from exc
+    return pairs
+
+
+def task_meta(status: str, result_json_text: str, task_id: str) -> str:
+    """Celery's task-meta layout around a result given as JSON text (STARTED and
+    SUCCESS, written by the task itself in its bookkeeping pipelines)."""
+    done = datetime.now(UTC).isoformat() if status == "SUCCESS" else None
+    return (
+        f'{{"status": {json.dumps(status)}, "result": {result_json_text}, '
+        f'"traceback": null, "children": [], "date_done": {json.dumps(done)}, '
+        f'"task_id": {json.dumps(task_id)}}}'
+    )
+
+
+def progress_meta(*, done: int, total: int, beat: int) -> dict[str, int]:
+    """The `meta` of a PROGRESS state (written through Celery's `update_state`).
+
+    `beat` makes every heartbeat a new value: the producer counts a *change* of the
+    result key as a sign of life, and `done` alone stands still while a slow chunk
+    is graded.
+    """
+    return {"done": done, "total": total, "beat": beat}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMeta:
+    """What a batch's result key says: its state, and the verdicts (SUCCESS with a
+    readable result) or why it failed (FAILURE, or a SUCCESS that cannot be read)."""
+
+    status: str
+    results: list[tuple[int, Verdict]] | None = None
+    failure: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status in RUNNING_STATES
+
+
+def read_task_meta(payload: bytes | str) -> TaskMeta:
+    """Parse a result key's value (any state; never raises on a bad result)."""
+    try:
+        meta = json.loads(payload)
+    except ValueError:
+        return TaskMeta(status="", failure="result key holds no JSON")
+    if not isinstance(meta, Mapping):
+        return TaskMeta(status="", failure="result key holds no object")
+    status = str(meta.get("status", ""))
+    if status == "SUCCESS":
+        try:
+            return TaskMeta(status, results=results_from_wire(meta.get("result")))
+        except InvalidRequestError as exc:
+            return TaskMeta(status, failure=str(exc))
+    if status == "FAILURE":
+        result = meta.get("result")
+        result = result if isinstance(result, Mapping) else {}
+        return TaskMeta(
+            status, failure=f"{result.get('exc_type')}: {result.get('exc_message')}"
+        )
+    return TaskMeta(status)

@@ -1,0 +1,70 @@
+"""How grading work is cut up, at every level, in one place (pure).
+
+From the outside in: the CLI reads a file `CHUNK_ROWS` rows at a time; a job is split
+into tasks of `batch_size_for(rollouts)` rollouts on a fleet (`LOCAL_BATCH_SIZE` in
+the embedded pool); a task grades its batch in chunks that grow while they are fast
+(`next_chunk_items`); the sandbox streams a chunk to its child at most
+`SANDBOX_FRAME_ITEMS` items per frame. `tests/bench/bench_fleet.py --batch-sizes`
+prints the rollouts/s table behind the task sizes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CHUNK_ROWS",
+    "FIRST_CHUNK_ITEMS",
+    "JOB_BATCHES",
+    "LOCAL_BATCH_SIZE",
+    "MAX_AUTO_BATCH_SIZE",
+    "MAX_CHUNK_ITEMS",
+    "MIN_BATCH_SIZE",
+    "SANDBOX_FRAME_ITEMS",
+    "batch_size_for",
+    "next_chunk_items",
+]
+
+# Rows read and graded per round by the CLI: bounds memory on huge files while keeping
+# thousands of batches in flight, so the pool or fleet stays busy.
+CHUNK_ROWS = 20_000
+
+# Rollouts per fleet task. A task costs a few ms of Celery/Redis work, so bigger
+# batches go faster; but a job must also make enough tasks for every worker of a
+# larger fleet to get some, and a few more to even out the tail (a job cut into 16
+# big tasks on 16 workers leaves most of them idle behind a few stragglers). So the
+# size follows the job: JOB_BATCHES tasks per job, each of MIN_BATCH_SIZE to
+# MAX_AUTO_BATCH_SIZE items (an 8,192-rollout RL step: 32 tasks of 256; 100,000
+# rollouts: 196 tasks of 512). Workers size their time limits for the largest.
+JOB_BATCHES = 32
+MIN_BATCH_SIZE = 16
+MAX_AUTO_BATCH_SIZE = 512
+# The embedded pool hands each local process this many rollouts at once: a pipe
+# round trip is cheap, and small batches keep every process busy to the end.
+LOCAL_BATCH_SIZE = 64
+
+
+def batch_size_for(rollouts: int) -> int:
+    """Rollouts per fleet task for a job of `rollouts` (see above)."""
+    return max(MIN_BATCH_SIZE, min(MAX_AUTO_BATCH_SIZE, -(-rollouts // JOB_BATCHES)))
+
+
+# Inside a task, chunks start small and grow x CHUNK_GROWTH while they are fast (fewer
+# round trips: a 512-item batch takes 16 + 64 + 256 + 176, 4 chunks, where doubling
+# took 6; each chunk costs a cache lookup and store and a sandbox exchange); after a
+# slow one they drop to a couple of items, so little graded work is at stake when a
+# worker is lost or the backstop interrupts a chunk.
+FIRST_CHUNK_ITEMS = 16
+CHUNK_GROWTH = 4
+SLOW_CHUNK_ITEMS = 2
+MAX_CHUNK_ITEMS = 256
+CHUNK_TARGET_S = 0.25
+
+# Items per frame to the sandbox child: one frame per chunk halves the per-item cost
+# of one exchange per item; the cap bounds one frame's size.
+SANDBOX_FRAME_ITEMS = 256
+
+
+def next_chunk_items(items: int, chunk_s: float) -> int:
+    """The size of the chunk after one of `items` items that took `chunk_s`."""
+    if chunk_s < CHUNK_TARGET_S:
+        return min(items * CHUNK_GROWTH, MAX_CHUNK_ITEMS)
+    return SLOW_CHUNK_ITEMS
