@@ -116,10 +116,24 @@ CONTEXT="$WORK/context"
 mkdir -p "$CONTEXT"
 git ls-files -z --cached --others --exclude-standard -- pyproject.toml README.md workers producer deploy \
     | xargs -0 cp --parents -t "$CONTEXT"
-VERSION=$(python3 -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['version'])")
-SYMPY=$(python3 -c "import re; d = __import__('tomllib').load(open('pyproject.toml', 'rb'))['project']['dependencies']; print(next(re.sub(r'^sympy==', '', x) for x in d if x.startswith('sympy==')))")
-REVISION=$(PYTHONPATH="$ROOT" python3 -c 'from workers.verifier.version import VERIFIER_REVISION; print(VERIFIER_REVISION)')
-GRADER_VERSION="gradefleet-$VERSION.r$REVISION+sympy-$SYMPY"
+# The package version: pyproject's, or hatch's dynamic one (`__version__` in a file).
+VERSION=$(python3 - <<'PY'
+import pathlib
+import re
+import tomllib
+
+project = tomllib.load(open("pyproject.toml", "rb"))
+version = project["project"].get("version")
+if version is None:
+    path = project["tool"]["hatch"]["version"]["path"]
+    text = pathlib.Path(path).read_text()
+    version = re.search(r"__version__\s*=\s*[\"']([^\"']+)[\"']", text)[1]
+print(version)
+PY
+)
+# The grader version this tree reports on the host (sympy as installed by `pip install
+# -e .`); the image must report the same.
+GRADER_VERSION=$(PYTHONPATH="$ROOT" python3 -c 'from workers.verifier.version import GRADER_VERSION; print(GRADER_VERSION)')
 # pip in the build trusts what pip trusts here (this machine's TLS goes through a proxy
 # whose CA is in the system bundle); a build secret, so it stays out of the image.
 CERT_SECRET=()
@@ -139,6 +153,9 @@ if ! "${PODMAN[@]}" build --format docker --network host "${NO_CACHE[@]}" \
     die "image build failed"
 fi
 BUILD_S=$(elapsed "$build_t0" "$(now)")
+# Earlier builds' final images, untagged by this one (the builder-stage layers stay:
+# they are the cache of the next build).
+"${PODMAN[@]}" image prune -f --filter label=org.opencontainers.image.title=gradefleet >/dev/null
 SIZE_BYTES=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 SIZE_MB=$(python3 -c "print(f'{$SIZE_BYTES / 1e6:.0f}')")
 BASE_BYTES=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$BASE_IMAGE")
