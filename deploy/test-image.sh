@@ -12,8 +12,8 @@
 #      from the host (cold start: container start -> first batch graded), then
 #      examples/sample.jsonl; verdicts compared with embedded mode (without `cached`).
 #   5. The worker's metrics endpoint scraped, its HEALTHCHECK run, no zombie processes.
-#   6. A `gradefleet serve` container graded through POST /v1/grade, when the image
-#      has that command (the sub-step is skipped with a notice otherwise).
+#   6. A `gradefleet serve` container: graded through POST /v1/grade (verdicts as
+#      embedded mode), its HEALTHCHECK (/readyz), SIGTERM -> exit 0.
 #   7. podman stop (SIGTERM): the worker must exit 0 before the stop timeout, idle and
 #      in the middle of a job, which a replacement worker then completes (verdicts
 #      identical to embedded mode, nothing left unacknowledged).
@@ -215,7 +215,7 @@ head -n 1 examples/sample.jsonl >"$WORK/one.jsonl"
 start_t0=$(now)
 "${PODMAN[@]}" run -d "${NO_TIMER[@]}" --name "$RUN_ID-worker" --label "$TEST_LABEL" --network host \
     -e GRADEFLEET_BROKER_URL="$BROKER" -e GRADEFLEET_CACHE_URL="$BROKER" \
-    -e GRADEFLEET_METRICS_PORT="$METRICS_PORT" \
+    -e GRADEFLEET_METRICS_PORT="$METRICS_PORT" -e GRADEFLEET_METRICS_ADDR=127.0.0.1 \
     "$IMAGE" "${WORKER_CMD[@]}" --hostname "$RUN_ID@%h" >/dev/null 2>>"$WORK/podman.err" \
     || { cat "$WORK/podman.err"; die "worker container did not start"; }
 worker_logs() { "${PODMAN[@]}" logs "$RUN_ID-worker" 2>&1 | tail -40; }
@@ -289,9 +289,11 @@ assert procs[1][0] == "tini", f"PID 1 is {procs[1][0]}"
 assert not zombies, f"zombies: {zombies}"
 print(f"PID 1 tini, {len(procs)} processes, no zombies")' || die "process check"
 
-# --- 6. gradefleet serve, once it exists ----------------------------------------------------
+# --- 6. gradefleet serve ------------------------------------------------------------------
 log "serve container"
-if "${PODMAN[@]}" run --rm "${NO_TIMER[@]}" --network none "$IMAGE" serve --help >/dev/null 2>&1; then
+"${PODMAN[@]}" run --rm "${NO_TIMER[@]}" --network none "$IMAGE" serve --help >/dev/null \
+    2>>"$WORK/podman.err" || die "'gradefleet serve --help' fails in the image"
+{
     SERVE_PORT=$(free_port)
     "${PODMAN[@]}" run -d "${NO_TIMER[@]}" --name "$RUN_ID-serve" --label "$TEST_LABEL" --network host \
         -e GRADEFLEET_BROKER_URL="$BROKER" \
@@ -331,13 +333,13 @@ for i, (got, want) in enumerate(zip(results, embedded, strict=True)):
         assert got[field] == want[field], f"item {i} {field}: {got[field]!r} != {want[field]!r}"
 print(f"POST /v1/grade: {len(results)} verdicts identical to embedded mode")
 EOF
+    "${PODMAN[@]}" healthcheck run "$RUN_ID-serve" || die "serve HEALTHCHECK (its /readyz) unhealthy"
+    echo "serve HEALTHCHECK: healthy"
     "${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-serve" >/dev/null 2>>"$WORK/podman.err"
     serve_rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-serve")
     [ "$serve_rc" = 0 ] || die "serve exited $serve_rc after SIGTERM"
     echo "serve: SIGTERM -> exit 0"
-else
-    echo "NOTICE: skipping the serve sub-step only: 'gradefleet serve --help' fails in this image (serving has not landed)"
-fi
+}
 
 # --- 7. SIGTERM -------------------------------------------------------------------------
 log "SIGTERM, idle"
@@ -364,7 +366,7 @@ PY
 start_worker() {  # $1: container name
     "${PODMAN[@]}" run -d "${NO_TIMER[@]}" --name "$1" --label "$TEST_LABEL" --network host \
         -e GRADEFLEET_BROKER_URL="$BROKER" -e GRADEFLEET_CACHE_URL=none \
-        -e GRADEFLEET_METRICS_PORT="$METRICS_PORT" \
+        -e GRADEFLEET_METRICS_PORT="$METRICS_PORT" -e GRADEFLEET_METRICS_ADDR=127.0.0.1 \
         "$IMAGE" "${WORKER_CMD[@]}" --hostname "$1@%h" >/dev/null 2>>"$WORK/podman.err" \
         || { cat "$WORK/podman.err"; die "worker container $1 did not start"; }
 }
@@ -398,7 +400,16 @@ PY
 "${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-worker" >/dev/null 2>>"$WORK/podman.err"
 rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-worker")
 [ "$rc" = 0 ] || { worker_logs; die "worker exited $rc after SIGTERM mid-job"; }
-left=$(redis-cli -p "$REDIS_PORT" llen gradefleet)
+# Batches still queued, every lane (gradefleet grade sends to the bulk lane).
+left=$(PYTHONPATH="$ROOT" python3 -c '
+import sys
+
+import redis
+
+from workers.lanes import LANE_QUEUES
+
+r = redis.Redis(port=int(sys.argv[1]))
+print(sum(r.llen(q) for q in LANE_QUEUES.values()))' "$REDIS_PORT")
 unacked=$(redis-cli -p "$REDIS_PORT" hlen unacked)
 echo "worker: SIGTERM mid-job -> exit 0; $left batches still queued, $unacked unacked"
 [ "$unacked" = 0 ] || die "the stopped worker left $unacked batches unacknowledged (they would wait for the visibility timeout)"

@@ -28,11 +28,13 @@ from producer.batching import (
 )
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
 from producer.grader import Grader, open_grader
+from producer.serve_cli import serve
 from producer.settings import ProducerSettings, default_cache_dir
 from producer.status import read_fleet_status
-from workers.errors import GraderError
+from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
 from workers.sizing import CHUNK_ROWS, LOCAL_BATCH_SIZE
+from workers.urls import connect_url, read_secret
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
@@ -86,6 +88,17 @@ class _ChunkGrader:
         if left_s <= 0:
             raise DeadlinePassedError(f"deadline of {self._deadline_s:g} s passed")
         return self._grader.grade(rows, on_progress=on_progress, deadline_s=left_s)
+
+
+def _connect_url(url: str) -> str:
+    """The broker URL with the password of `GRADEFLEET_REDIS_PASSWORD` (or the file
+    named by `GRADEFLEET_REDIS_PASSWORD_FILE`): a password never has to be on the
+    command line, where `ps` shows it."""
+    try:
+        password = read_secret(os.environ, "GRADEFLEET_REDIS_PASSWORD")
+        return connect_url(url, password=password)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--broker'") from exc
 
 
 def _count_rows(path: str) -> int | None:
@@ -181,7 +194,8 @@ def _grade_file(
     envvar="GRADEFLEET_BROKER_URL",
     show_envvar=True,
     metavar="URL",
-    help="Redis URL of a gradefleet fleet. Unset: embedded mode on this machine.",
+    help="Redis URL of a gradefleet fleet. Unset: embedded mode on this machine. "
+    "A password goes in GRADEFLEET_REDIS_PASSWORD(_FILE), not in the URL.",
 )
 @click.option(
     "--batch-size",
@@ -239,6 +253,15 @@ def _grade_file(
     is_flag=True,
     help="Only answers with an explicit marker (\\boxed{}, 'Answer:') can be correct.",
 )
+@click.option(
+    "--priority",
+    type=click.Choice(["interactive", "bulk"]),
+    default=_DEFAULTS.priority,
+    envvar="GRADEFLEET_PRIORITY",
+    show_default=True,
+    help="On a fleet: the lane of this file's jobs. Workers take interactive work "
+    "(RL steps) first; bulk (sweeps) gets the rest and never starves.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
 def grade(
     input_path: str,
@@ -252,6 +275,7 @@ def grade(
     cache_dir: Path | None,
     no_cache: bool,
     no_fallback: bool,
+    priority: str,
     quiet: bool,
 ) -> None:
     """Grade every rollout of INPUT.jsonl; write OUTPUT.jsonl in the same order.
@@ -268,13 +292,14 @@ def grade(
             f"directory of {output_path!r} does not exist", param_hint="'-o'"
         )
     settings = ProducerSettings(
-        broker_url=broker or None,
+        broker_url=_connect_url(broker) if broker else None,
         batch_size=batch_size,
         deadline_s=deadline_s,
         processes=processes,
         item_timeout_s=item_timeout_s,
         item_memory_mb=item_memory_mb,
         cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
+        priority=priority,
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     started_s = time.monotonic()
@@ -346,11 +371,18 @@ def status(
     as_json: bool,
     metrics_urls: tuple[str, ...],
 ) -> None:
-    """Show queue depth, live workers and recent throughput of a fleet."""
+    """Show each lane's queue depth, running jobs by lane with their progress, live
+    workers and recent throughput of a fleet."""
     fleet = read_fleet_status(
-        broker, timeout_s=timeout_s, window_s=window_s, metrics_urls=metrics_urls
+        _connect_url(broker),
+        timeout_s=timeout_s,
+        window_s=window_s,
+        metrics_urls=metrics_urls,
     )
     click.echo(fleet.to_json() if as_json else fleet.render())
+
+
+cli.add_command(serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -7,22 +7,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+
+from workers.urls import redact_url
+
+__all__ = ["CACHE_FILE_NAME", "ProducerSettings", "default_cache_dir", "redact_url"]
 
 CACHE_FILE_NAME = "cache.sqlite3"
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by `***` (safe to print)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
 def default_cache_dir(environ: Mapping[str, str]) -> Path:
@@ -48,6 +38,8 @@ class ProducerSettings:
         item_memory_mb: embedded mode only: memory cap per grading process.
         cache_dir: embedded mode only: where the SQLite result cache lives;
             None disables the cache.
+        priority: on a fleet, the lane of the file's jobs: `bulk` (a sweep: workers
+            take interactive work, such as RL steps, first) or `interactive`.
     """
 
     broker_url: str | None = None
@@ -57,6 +49,7 @@ class ProducerSettings:
     item_timeout_s: float = 5.0
     item_memory_mb: int = 1024
     cache_dir: Path | None = None
+    priority: str = "bulk"
 
     def __post_init__(self) -> None:
         checks = {
@@ -65,6 +58,7 @@ class ProducerSettings:
             "processes": self.processes is None or self.processes >= 1,
             "item_timeout_s": self.item_timeout_s > 0,
             "item_memory_mb": self.item_memory_mb >= 64,
+            "priority": self.priority in ("interactive", "bulk"),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

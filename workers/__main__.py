@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from workers.settings import WorkerSettings
+from workers.urls import connect_url, read_secret
 
 __all__ = ["build_parser", "main", "settings_from_args"]
 
@@ -18,8 +19,10 @@ _OPTION_FIELDS = {
     "item_timeout_s": "item_timeout_s",
     "item_memory_mb": "item_memory_mb",
     "metrics_port": "metrics_port",
+    "metrics_addr": "metrics_addr",
     "loglevel": "loglevel",
     "hostname": "hostname",
+    "lanes": "lanes",
 }
 
 
@@ -29,14 +32,41 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start a grading worker (options override GRADEFLEET_* env).",
     )
     add = parser.add_argument
-    add("--broker", metavar="URL", help="Redis URL [GRADEFLEET_BROKER_URL]")
+    add(
+        "--broker",
+        metavar="URL",
+        help="Redis URL [GRADEFLEET_BROKER_URL]; the password goes in "
+        "GRADEFLEET_REDIS_PASSWORD(_FILE), not here: argv is visible to `ps`",
+    )
     add("--concurrency", type=int, help="prefork processes [GRADEFLEET_CONCURRENCY]")
     add("--item-timeout-s", type=float, help="per-item deadline (default 5)")
     add("--item-memory-mb", type=int, help="per-item memory cap (default 1024)")
     add("--metrics-port", type=int, help="Prometheus port, 0 = off (default 0)")
+    add(
+        "--metrics-addr",
+        metavar="ADDR",
+        help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 to "
+        "serve other machines) [GRADEFLEET_METRICS_ADDR]",
+    )
     add("--loglevel", help="Celery log level (default INFO)")
     add("--hostname", help="Celery node name, e.g. worker1@%%h")
+    add(
+        "--lanes",
+        type=_lanes,
+        help="lanes to consume, e.g. interactive (default interactive,bulk: "
+        "interactive first) [GRADEFLEET_LANES]",
+    )
     return parser
+
+
+def _lanes(text: str) -> tuple[str, ...]:
+    from workers.errors import ConfigError
+    from workers.settings import parse_lanes
+
+    try:
+        return parse_lanes(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def settings_from_args(
@@ -49,8 +79,11 @@ def settings_from_args(
         for option, field in _OPTION_FIELDS.items()
         if getattr(args, option) is not None
     }
-    if "broker_url" in changes and "GRADEFLEET_CACHE_URL" not in environ:
-        changes["cache_url"] = changes["broker_url"]
+    if "broker_url" in changes:
+        password = read_secret(environ, "GRADEFLEET_REDIS_PASSWORD")
+        changes["broker_url"] = connect_url(changes["broker_url"], password=password)
+        if "GRADEFLEET_CACHE_URL" not in environ:
+            changes["cache_url"] = changes["broker_url"]
     return settings.replace(**changes) if changes else settings
 
 
@@ -61,22 +94,29 @@ def _setup_metrics(settings: WorkerSettings) -> None:
     # metric exists, which prepare_multiprocess_dir() does.
     import redis
 
-    from workers.contract import QUEUE
+    from workers.lanes import LANE_QUEUES
     from workers.metrics import prepare_multiprocess_dir, start_metrics_server
 
     path = settings.metrics_dir or tempfile.mkdtemp(prefix="gradefleet-metrics-")
     prepare_multiprocess_dir(Path(path))
     if settings.metrics_port:
         client = redis.Redis.from_url(settings.broker_url, socket_timeout=2)
-        start_metrics_server(settings.metrics_port, redis_client=client, queues=[QUEUE])
+        # Every lane's depth, whichever lanes this node consumes.
+        start_metrics_server(
+            settings.metrics_port,
+            addr=settings.metrics_addr,
+            redis_client=client,
+            queues=list(LANE_QUEUES.values()),
+        )
 
 
 def worker_argv(settings: WorkerSettings) -> list[str]:
     """Arguments for `Celery.worker_main`."""
-    from workers.contract import QUEUE
+    from workers.lanes import queue_for
 
+    queues = ",".join(queue_for(lane) for lane in settings.lanes)
     argv = ["worker", "--pool=prefork", f"--concurrency={settings.concurrency}"]
-    argv += [f"--loglevel={settings.loglevel}", f"--queues={QUEUE}"]
+    argv += [f"--loglevel={settings.loglevel}", f"--queues={queues}"]
     # Gossip and mingle only slow start-up; nothing here relies on them.
     argv += ["--without-gossip", "--without-mingle"]
     if settings.hostname:

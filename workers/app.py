@@ -11,9 +11,11 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.worker import control
 
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
 from workers.contract import QUEUE
+from workers.lanes import LaneCycle
 from workers.runtime import configure, forget_runtime, get_runtime
 from workers.sandbox import warm_up_verifier
 from workers.settings import WorkerSettings
@@ -25,6 +27,21 @@ __all__ = ["create_app"]
 _SOFT_LIMIT_FACTOR = 1.25
 _SOFT_LIMIT_MARGIN_S = 10.0
 _HARD_LIMIT_MARGIN_S = 30.0
+
+
+# Celery's remote control answers anyone who can write to the broker: `shutdown`,
+# `pool_restart`, `revoke`, `rate_limit`, ... are one broadcast away. A worker keeps
+# only the read-only commands `gradefleet status` sends (`producer.status`).
+REMOTE_CONTROL_COMMANDS = frozenset({"ping", "stats"})
+
+
+def _limit_remote_control() -> None:
+    # Panel.data is Celery's global registry of commands, read by the worker's
+    # mailbox (celery.worker.pidbox) when the consumer starts; trimmed here, in the
+    # worker's own process, before that.
+    for name in list(control.Panel.data):
+        if name not in REMOTE_CONTROL_COMMANDS:
+            del control.Panel.data[name]
 
 
 def _on_worker_init(**_: Any) -> None:
@@ -61,7 +78,9 @@ def _time_limits_s(settings: WorkerSettings) -> tuple[float, float]:
 def create_app(settings: WorkerSettings) -> Celery:
     """A Celery app for the fleet: JSON only, late acks, prefetch 1, named task."""
     configure(settings)
+    _limit_remote_control()
     soft_s, hard_s = _time_limits_s(settings)
+    LaneCycle.bulk_every = settings.bulk_every
     app = Celery("gradefleet", broker=settings.broker_url, backend=settings.backend_url)
     app.conf.update(
         task_serializer="json",
@@ -76,7 +95,12 @@ def create_app(settings: WorkerSettings) -> Celery:
         task_store_errors_even_if_ignored=True,
         worker_prefetch_multiplier=1,
         task_default_queue=QUEUE,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            # One BRPOP over every lane's lists, interactive first, bulk now and
+            # then (`workers.lanes.LaneCycle`); kombu imports the class by name.
+            "queue_order_strategy": f"{LaneCycle.__module__}:{LaneCycle.__name__}",
+        },
         broker_connection_retry_on_startup=True,
         result_expires=max(3_600, settings.visibility_timeout_s),
         task_soft_time_limit=soft_s,

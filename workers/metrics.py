@@ -7,13 +7,16 @@ Entry points call `prepare_multiprocess_dir()` first, before any metric exists, 
 
 from __future__ import annotations
 
-import json
 import os
+import socket
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,18 +24,23 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
-    start_http_server,
+    make_wsgi_app,
     values,
 )
 from prometheus_client import multiprocess as _mp
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from workers import __version__
 from workers.errors import MetricsSetupError
+from workers.lanes import INTERACTIVE, LANES, lane_of_queue
 from workers.models import Status, Verdict
 from workers.protocol import UNACKED_KEY, priority_queue_keys
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 __all__ = [
     "BATCH_BUCKETS_S",
@@ -43,11 +51,13 @@ __all__ = [
     "MetricsSetupError",
     "ProducerMetrics",
     "QueueDepthCollector",
+    "QueueDepths",
     "RedisQueueClient",
     "WorkerMetrics",
     "exposition",
     "mark_process_dead",
     "metrics_registry",
+    "metrics_wsgi_app",
     "prepare_multiprocess_dir",
     "read_queue_depths",
     "reap_dead_processes",
@@ -169,12 +179,25 @@ class WorkerMetrics:
             buckets=BATCH_SIZE_BUCKETS,
             registry=reg,
         )
-        self._queue_wait = Histogram(
+        queue_wait = Histogram(
             "gradefleet_queue_wait_seconds",
-            "Time a batch waited in the queue (enqueued_at to task start).",
+            "Time a batch waited in the queue (enqueued_at to task start), by lane.",
+            ["lane"],
             buckets=QUEUE_WAIT_BUCKETS_S,
             registry=reg,
         )
+        self._queue_wait: dict[str, Histogram] = {
+            lane: queue_wait.labels(lane=lane) for lane in LANES
+        }
+        lane_rollouts = Counter(
+            "gradefleet_lane_rollouts",
+            "Rollouts of finished batches, by the lane they were queued in.",
+            ["lane"],
+            registry=reg,
+        )
+        self._lane_rollouts: dict[str, Counter] = {
+            lane: lane_rollouts.labels(lane=lane) for lane in LANES
+        }
 
     def item_graded(self, verdict: Verdict, duration_s: float) -> None:
         """Count one graded rollout by status; record its grading time."""
@@ -195,14 +218,20 @@ class WorkerMetrics:
         key = reason if reason in self._restarts else "other"
         self._restarts[key].inc()
 
-    def batch_done(self, *, size: int, duration_s: float) -> None:
-        """Record one finished batch."""
+    def batch_done(
+        self, *, size: int, duration_s: float, lane: str = INTERACTIVE
+    ) -> None:
+        """Record one finished batch (of `lane`; an unknown lane counts as
+        interactive, where work from before lanes existed went)."""
         self._batch_duration.observe(max(duration_s, 0.0))
         self._batch_size.observe(size)
+        self._lane_rollouts.get(lane, self._lane_rollouts[INTERACTIVE]).inc(size)
 
-    def queue_wait(self, seconds: float) -> None:
-        """Record how long a batch waited in the queue (clock skew clamps to 0)."""
-        self._queue_wait.observe(max(seconds, 0.0))
+    def queue_wait(self, seconds: float, *, lane: str = INTERACTIVE) -> None:
+        """Record how long a batch of `lane` waited in the queue (clock skew clamps
+        to 0)."""
+        wait = self._queue_wait.get(lane, self._queue_wait[INTERACTIVE])
+        wait.observe(max(seconds, 0.0))
 
     @contextmanager
     def busy(self) -> Iterator[None]:
@@ -242,15 +271,22 @@ class RedisQueueClient(Protocol):
     def pipeline(self, transaction: bool = ...) -> Any: ...
 
 
-def read_queue_depths(
-    client: RedisQueueClient, queues: Sequence[str], *, unacked_limit: int = 10_000
-) -> dict[tuple[str, str], int]:
-    """Ready and unacked message counts per queue, read from Celery's Redis keys.
+@dataclass(frozen=True, slots=True)
+class QueueDepths:
+    """What the broker holds: ready batches per queue, and unacked ones in all."""
 
-    ready = LLEN of the queue list plus its priority lists. unacked = entries of kombu's
-    "unacked" hash whose routing key is the queue (Celery's default: routing key ==
-    queue name); past `unacked_limit` entries the hash is not read and unacked is
-    omitted. Raises redis errors (the collector turns them into `..._up 0`).
+    ready: dict[str, int]
+    unacked: int
+
+
+def read_queue_depths(client: RedisQueueClient, queues: Sequence[str]) -> QueueDepths:
+    """Ready messages per queue and unacked messages, read with O(1) commands only.
+
+    ready = LLEN of the queue list plus its priority lists; unacked = HLEN of kombu's
+    "unacked" hash, one hash for every queue of the broker. Its entries are never read
+    (a scrape used to HVALS them to split them by queue: every scrape then pulled every
+    delivered message out of Redis). Raises redis errors (the collector turns them
+    into `..._up 0`).
     """
     pipe = client.pipeline(transaction=False)
     lists = [priority_queue_keys(queue) for queue in queues]
@@ -260,34 +296,8 @@ def read_queue_depths(
     pipe.hlen(UNACKED_KEY)
     replies = [int(r) for r in pipe.execute()]
     width = len(lists[0]) if lists else 0
-    depths = {
-        (q, "ready"): sum(replies[i * width : (i + 1) * width])
-        for i, q in enumerate(queues)
-    }
-    n_unacked = replies[-1]
-    if n_unacked > unacked_limit:
-        return depths
-    unacked = dict.fromkeys(queues, 0)
-    if n_unacked:
-        pipe = client.pipeline(transaction=False)
-        pipe.hvals(UNACKED_KEY)
-        for raw in pipe.execute()[0]:
-            routing_key = _routing_key(raw)
-            if routing_key in unacked:
-                unacked[routing_key] += 1
-    depths.update({(q, "unacked"): n for q, n in unacked.items()})
-    return depths
-
-
-def _routing_key(raw: bytes | str) -> str | None:
-    # kombu stores json [message, exchange, routing_key] per delivery tag.
-    try:
-        entry = json.loads(raw)
-    except ValueError:
-        return None
-    if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], str):
-        return entry[2]
-    return None
+    ready = {q: sum(replies[i * width : (i + 1) * width]) for i, q in enumerate(queues)}
+    return QueueDepths(ready=ready, unacked=replies[-1])
 
 
 class QueueDepthCollector(Collector):
@@ -303,10 +313,11 @@ class QueueDepthCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         # Declared so registration does not trigger a Redis round trip.
-        return [self._depth_family(), self._up_family()]
+        return [self._depth_family(), self._unacked_family(), self._up_family()]
 
     def collect(self) -> Iterable[Metric]:
         depth = self._depth_family()
+        unacked = self._unacked_family()
         up = self._up_family()
         try:
             depths = read_queue_depths(self._client, self._queues)
@@ -314,17 +325,26 @@ class QueueDepthCollector(Collector):
             # Broker down or odd replies: "unknown" (up 0), never a failed scrape.
             up.add_metric([], 0.0)
             return [up]
-        for (queue, state), n in sorted(depths.items()):
-            depth.add_metric([queue, state], float(n))
+        for queue, n in sorted(depths.ready.items()):
+            depth.add_metric([queue, lane_of_queue(queue) or "", "ready"], float(n))
+        unacked.add_metric([], float(depths.unacked))
         up.add_metric([], 1.0)
-        return [depth, up]
+        return [depth, unacked, up]
 
     @staticmethod
     def _depth_family() -> GaugeMetricFamily:
         return GaugeMetricFamily(
             "gradefleet_queue_depth",
-            "Messages in the broker queue: ready (waiting) or unacked (delivered).",
-            labels=["queue", "state"],
+            "Batches waiting in a broker queue (state: ready); `lane` is the "
+            "queue's priority lane.",
+            labels=["queue", "lane", "state"],
+        )
+
+    @staticmethod
+    def _unacked_family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "gradefleet_broker_unacked",
+            "Batches delivered to a worker and not yet acknowledged (all queues).",
         )
 
     @staticmethod
@@ -420,19 +440,62 @@ def metrics_registry(
     return registry
 
 
+METRICS_PATH = "/metrics"
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr (a scrape every 15 s would fill the worker's log)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def metrics_wsgi_app(registry: CollectorRegistry) -> WSGIApplication:
+    """prometheus_client's WSGI app on `/metrics` only (404 on any other path, so a
+    port scan or a stray client costs no collection and no Redis round trip)."""
+    serve = make_wsgi_app(registry)
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != METRICS_PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found; metrics are at /metrics\n"]
+        body: Iterable[bytes] = serve(environ, start_response)
+        return body
+
+    return app
+
+
+class _Server(ThreadingWSGIServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 def start_metrics_server(
     port: int,
     *,
+    addr: str,
     redis_client: RedisQueueClient | None = None,
     queues: Sequence[str] = (),
-    addr: str = "0.0.0.0",
-) -> None:
-    """Serve `metrics_registry()` on `addr:port` from a daemon thread of this process.
+) -> WSGIServer:
+    """Serve `metrics_registry()` at `http://addr:port/metrics` from a daemon thread
+    of this process (loopback unless the caller binds wider); returns the server.
 
     Call it once per node, in the parent process, after `prepare_multiprocess_dir()`.
     """
     registry = metrics_registry(redis_client=redis_client, queues=queues)
-    start_http_server(port, addr=addr, registry=registry)
+    server_class = _Server6 if ":" in addr else _Server  # ":": an IPv6 literal
+    app = metrics_wsgi_app(registry)
+    server: WSGIServer = make_server(
+        addr, port, app, server_class, handler_class=_QuietHandler
+    )
+    thread = threading.Thread(
+        target=server.serve_forever, name="gradefleet-metrics", daemon=True
+    )
+    thread.start()
+    return server
 
 
 def exposition(registry: CollectorRegistry) -> bytes:

@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from workers.errors import ConfigError
+from workers.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
 from workers.sizing import MAX_AUTO_BATCH_SIZE
+from workers.urls import connect_url, read_secret
 
-__all__ = ["WorkerSettings"]
+__all__ = ["WorkerSettings", "parse_lanes"]
 
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 
@@ -28,12 +30,19 @@ class WorkerSettings:
         item_memory_mb: address-space cap of the sandbox child.
         cache_ttl_s: lifetime of a cached verdict.
         metrics_port: port of the Prometheus endpoint; 0 turns it off.
+        metrics_addr: address the endpoint binds: loopback by default, so that
+            nothing outside the machine can scrape (or load the broker through) it;
+            the container image sets 0.0.0.0 (`GRADEFLEET_METRICS_ADDR`).
         metrics_dir: prometheus_client multiprocess directory (None: a temp dir).
         max_attempts: deliveries of one batch that may die before its remaining
             items are answered `error` (poison batch).
         recycle_after_items: the sandbox child is replaced after this many items.
         max_batch_size: largest batch the time limits are sized for (producers
             make batches of at most 512 unless told otherwise).
+        lanes: the priority lanes this node consumes, in the order it takes them
+            (`workers.lanes`; all of them unless the node is dedicated to one).
+        bulk_every: after this many batches in a row from other lanes, the next
+            take tries the bulk lane first (bulk never starves).
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
         test_hooks_path: a Python file whose `hooked_grade` replaces the verifier
@@ -48,10 +57,13 @@ class WorkerSettings:
     item_memory_mb: int = 1024
     cache_ttl_s: int = 86_400
     metrics_port: int = 0
+    metrics_addr: str = "127.0.0.1"
     metrics_dir: str | None = None
     max_attempts: int = 3
     recycle_after_items: int = 500
     max_batch_size: int = MAX_AUTO_BATCH_SIZE
+    lanes: tuple[Lane, ...] = LANES
+    bulk_every: int = DEFAULT_BULK_EVERY
     hostname: str | None = None
     loglevel: str = "INFO"
     test_hooks_path: str | None = None
@@ -66,6 +78,8 @@ class WorkerSettings:
             "max_attempts": self.max_attempts >= 1,
             "recycle_after_items": self.recycle_after_items >= 1,
             "max_batch_size": self.max_batch_size >= 1,
+            "lanes": bool(self.lanes) and len(set(self.lanes)) == len(self.lanes),
+            "bulk_every": self.bulk_every >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -95,27 +109,53 @@ class WorkerSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
-        """Read `GRADEFLEET_*` variables (the only env reader on the worker side)."""
+        """Read `GRADEFLEET_*` variables (the only env reader on the worker side).
+
+        The Redis password comes from `GRADEFLEET_REDIS_PASSWORD` or the file named
+        by `GRADEFLEET_REDIS_PASSWORD_FILE` (never argv) and goes into every URL
+        that has none (`urls.connect_url`, which also sets `rediss://` defaults).
+        """
         env = os.environ if environ is None else environ
+        password = read_secret(env, "GRADEFLEET_REDIS_PASSWORD")
+
+        def url(raw: str) -> str:
+            return connect_url(raw, password=password)
+
         broker = env.get("GRADEFLEET_BROKER_URL", DEFAULT_BROKER_URL)
         cache = env.get("GRADEFLEET_CACHE_URL", broker)
+        backend = env.get("GRADEFLEET_RESULT_BACKEND") or None
         return cls(
-            broker_url=broker,
-            result_backend=env.get("GRADEFLEET_RESULT_BACKEND") or None,
-            cache_url=None if cache.strip().lower() in ("", "none") else cache,
+            broker_url=url(broker),
+            result_backend=None if backend is None else url(backend),
+            cache_url=None if cache.strip().lower() in ("", "none") else url(cache),
             concurrency=_int(env, "GRADEFLEET_CONCURRENCY", 2),
             item_timeout_s=_float(env, "GRADEFLEET_ITEM_TIMEOUT_S", 5.0),
             item_memory_mb=_int(env, "GRADEFLEET_ITEM_MEMORY_MB", 1024),
             cache_ttl_s=_int(env, "GRADEFLEET_CACHE_TTL_S", 86_400),
             metrics_port=_int(env, "GRADEFLEET_METRICS_PORT", 0),
+            metrics_addr=env.get("GRADEFLEET_METRICS_ADDR") or "127.0.0.1",
             metrics_dir=env.get("GRADEFLEET_METRICS_DIR") or None,
             max_attempts=_int(env, "GRADEFLEET_MAX_ATTEMPTS", 3),
             recycle_after_items=_int(env, "GRADEFLEET_RECYCLE_AFTER_ITEMS", 500),
             max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", MAX_AUTO_BATCH_SIZE),
+            lanes=parse_lanes(env.get("GRADEFLEET_LANES") or ",".join(LANES)),
+            bulk_every=_int(env, "GRADEFLEET_BULK_EVERY", DEFAULT_BULK_EVERY),
             hostname=env.get("GRADEFLEET_HOSTNAME") or None,
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
             test_hooks_path=env.get("GRADEFLEET_TEST_HOOKS") or None,
         )
+
+
+def parse_lanes(text: str) -> tuple[Lane, ...]:
+    """Comma-separated lane names (`interactive,bulk`), in the order given.
+
+    Raises:
+        ConfigError: an unknown lane name.
+    """
+    try:
+        return tuple(parse_lane(part.strip()) for part in text.split(",") if part)
+    except ValueError as exc:
+        raise ConfigError(f"GRADEFLEET_LANES / --lanes: {exc}") from exc
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -25,6 +25,7 @@ from workers.contract import (
     batch_from_wire,
     items_reference,
 )
+from workers.lanes import INTERACTIVE, lane_of_queue
 from workers.models import Status, Verdict
 from workers.protocol import job_done_key, result_json, task_meta_key
 from workers.runtime import WorkerRuntime, get_runtime
@@ -54,10 +55,13 @@ class BatchRun:
         runtime: WorkerRuntime,
         request: WireBatchRequest,
         task: Task[Any, Any] | None = None,
+        *,
+        lane: str = INTERACTIVE,
     ) -> None:
         self.runtime = runtime
         self.request = request
         self.task = task
+        self.lane = lane
         self.done: dict[int, Verdict] = {}
         slot = None if task is None else self._result_slot(task)
         ttl_s = 2 * runtime.settings.visibility_timeout_s
@@ -79,7 +83,9 @@ class BatchRun:
         self.progress.finish(self._result_json())
         observer.commit()
         self.runtime.metrics.batch_done(
-            size=len(self.request.items), duration_s=time.monotonic() - started
+            size=len(self.request.items),
+            duration_s=time.monotonic() - started,
+            lane=self.lane,
         )
         return [(it["index"], self.done[it["index"]]) for it in self.request.items]
 
@@ -175,6 +181,14 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
         payload = runtime.redis.execute_command("GETRANGE", key, 0, MAX_PAYLOAD_BYTES)
         wire = attach_items(wire, payload)
     request = batch_from_wire(wire)
-    runtime.metrics.queue_wait(time.time() - request.enqueued_at)
+    lane = _lane(self)
+    runtime.metrics.queue_wait(time.time() - request.enqueued_at, lane=lane)
     with runtime.metrics.busy():
-        BatchRun(runtime, request, self).run()
+        BatchRun(runtime, request, self, lane=lane).run()
+
+
+def _lane(task: Task[Any, Any]) -> str:
+    """The lane of the queue this delivery came from (kombu's routing key is the
+    queue's name); work from a queue of no lane counts as interactive."""
+    info = task.request.delivery_info or {}
+    return lane_of_queue(str(info.get("routing_key", ""))) or INTERACTIVE

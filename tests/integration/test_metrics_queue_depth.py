@@ -7,7 +7,7 @@ import pytest
 from kombu import Connection
 from prometheus_client import CollectorRegistry
 
-from workers.metrics import QueueDepthCollector, read_queue_depths
+from workers.metrics import QueueDepthCollector, QueueDepths, read_queue_depths
 
 pytestmark = pytest.mark.integration
 
@@ -27,22 +27,17 @@ def test_metrics_queue_depth_ready_priority_and_unacked(redis_server, redis_clie
         assert redis_client.llen(QUEUE) == 3
         assert redis_client.llen(f"{QUEUE}\x06\x169") == 1
         depths = read_queue_depths(redis_client, [QUEUE, "absent"])
-        assert depths == {
-            (QUEUE, "ready"): 4,
-            (QUEUE, "unacked"): 2,
-            ("absent", "ready"): 0,
-            ("absent", "unacked"): 0,
-        }
+        assert depths == QueueDepths(ready={QUEUE: 4, "absent": 0}, unacked=2)
         registry = CollectorRegistry()
         registry.register(QueueDepthCollector(redis_client, [QUEUE]))
         sample = registry.get_sample_value
-        assert sample("gradefleet_queue_depth", {"queue": QUEUE, "state": "ready"}) == 4
-        assert (
-            sample("gradefleet_queue_depth", {"queue": QUEUE, "state": "unacked"}) == 2
-        )
+        lane = {"lane": ""}  # a queue of no lane
+        ready = {"queue": QUEUE, **lane, "state": "ready"}
+        assert sample("gradefleet_queue_depth", ready) == 4
+        assert sample("gradefleet_broker_unacked") == 2
         assert sample("gradefleet_queue_depth_up") == 1.0
         # When both are acked, unacked drops to 0
         for message in fetched:
             message.ack()
-        assert read_queue_depths(redis_client, [QUEUE])[(QUEUE, "unacked")] == 0
+        assert read_queue_depths(redis_client, [QUEUE]).unacked == 0
         queue.close()

@@ -109,12 +109,11 @@ def test_deploy_compose_service():
     assert SERVICES["service"]["ports"] == [f"{port}:{port}"]
     from producer.cli import cli
 
-    serve = cli.commands.get("serve")
-    if serve is not None:  # checked once `gradefleet serve` has landed in this tree
-        flags = {opt for p in serve.params for opt in getattr(p, "opts", [])}
-        assert {a for a in command[1:] if a.startswith("--")} <= flags
-        envvars = {p.envvar for p in serve.params if isinstance(p.envvar, str)}
-        assert "GRADEFLEET_SERVE_TOKEN" in envvars
+    serve = cli.commands["serve"]
+    flags = {opt for p in serve.params for opt in getattr(p, "opts", [])}
+    assert {a for a in command[1:] if a.startswith("--")} <= flags
+    envvars = {p.envvar for p in serve.params if isinstance(p.envvar, str)}
+    assert {"GRADEFLEET_SERVE_TOKEN", "GRADEFLEET_BROKER_URL"} <= envvars
 
 
 def test_deploy_compose_image_build():

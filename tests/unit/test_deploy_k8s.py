@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from workers.__main__ import worker_argv
+from workers.lanes import LANE_QUEUES
 from workers.metrics import QueueDepthCollector
 from workers.settings import WorkerSettings
 
@@ -271,27 +272,41 @@ def test_deploy_k8s_scaler_reads_the_queue_the_worker_consumes():
         for hpa in hpas:
             spec = hpa["spec"]
             assert spec["scaleTargetRef"]["name"] == "gradefleet-worker"
-            (metric,) = spec["metrics"]
-            name = metric["external"]["metric"]["name"]
             exported = {f.name for f in QueueDepthCollector(None, ()).describe()}  # type: ignore[arg-type]
-            assert name in exported
-            labels = metric["external"]["metric"]["selector"]["matchLabels"]
-            assert labels["state"] == "ready"
-            assert {labels["queue"]} == queues
+            hpa_queues = set()
+            for metric in spec["metrics"]:
+                assert metric["external"]["metric"]["name"] in exported
+                labels = metric["external"]["metric"]["selector"]["matchLabels"]
+                assert labels["state"] == "ready"
+                hpa_queues.add(labels["queue"])
+            assert hpa_queues == queues
 
 
 def test_deploy_k8s_hpa_and_keda_aim_at_the_same_backlog_per_pod():
     keda = yaml.safe_load((K8S / "autoscaling/keda/scaledobject.yaml").read_text())
     hpa = yaml.safe_load((K8S / "autoscaling/hpa/hpa.yaml").read_text())
-    list_length = {int(t["metadata"]["listLength"]) for t in keda["spec"]["triggers"]}
-    (metric,) = hpa["spec"]["metrics"]
-    assert list_length == {int(metric["external"]["target"]["averageValue"])}
+    keda_targets = {
+        t["metadata"]["listName"]: int(t["metadata"]["listLength"])
+        for t in keda["spec"]["triggers"]
+    }
+    hpa_targets = {
+        m["external"]["metric"]["selector"]["matchLabels"]["queue"]: int(
+            m["external"]["target"]["averageValue"]
+        )
+        for m in hpa["spec"]["metrics"]
+    }
+    assert keda_targets == hpa_targets
+    # The interactive lane scales the fleet first: the smaller backlog per pod.
+    interactive, bulk = (LANE_QUEUES[lane] for lane in ("interactive", "bulk"))
+    assert keda_targets[interactive] < keda_targets[bulk]
     assert keda["spec"]["maxReplicaCount"] == hpa["spec"]["maxReplicas"]
     adapter = yaml.safe_load(
         (K8S / "autoscaling/hpa/prometheus-adapter-values.yaml").read_text()
     )
     (rule,) = adapter["rules"]["external"]
-    assert rule["name"]["as"] == metric["external"]["metric"]["name"]
+    assert {rule["name"]["as"]} == {
+        m["external"]["metric"]["name"] for m in hpa["spec"]["metrics"]
+    }
     # Every node reports the same shared queue: max, never sum.
     assert rule["metricsQuery"].startswith("max(")
 
@@ -450,11 +465,7 @@ def test_deploy_k8s_service_command():
         ]["spec"]["containers"]
         args = container["args"]
         assert args[0] == "serve"
-        serve = cli.commands.get("serve")
-        if serve is None:
-            # `gradefleet serve` has not landed in this tree: its flags are checked once
-            # it has (the coordinator makes this check mandatory then).
-            continue
+        serve = cli.commands["serve"]
         flags = {opt for p in serve.params for opt in getattr(p, "opts", [])}
         assert {a for a in args[1:] if a.startswith("--")} <= flags
         envvars = {p.envvar for p in serve.params if isinstance(p.envvar, str)}

@@ -101,7 +101,7 @@ def test_deploy_metric_names_extractor_finds_names():
 
 def test_deploy_metric_names_alerts_use_exported_metrics():
     exprs = alert_exprs()
-    assert len(exprs) == 10  # one per rule: the parser did not miss a block
+    assert len(exprs) == 11  # one per rule: the parser did not miss a block
     assert unknown_names(exprs) == set()
     assert rule_test_series_names() - exported_names() - PROMETHEUS_SYNTHETIC == set()
 
@@ -131,7 +131,11 @@ def test_deploy_metric_names_dashboard_shows_every_worker_metric():
     registry = CollectorRegistry()
     WorkerMetrics(registry)
     families = {family.name for family in registry.collect()}
-    families |= {"gradefleet_queue_depth", "gradefleet_queue_depth_up"}
+    families |= {
+        "gradefleet_queue_depth",
+        "gradefleet_broker_unacked",
+        "gradefleet_queue_depth_up",
+    }
     shown = {name for expr in dashboard_exprs() for name in metric_names(expr)}
     missing = {
         family

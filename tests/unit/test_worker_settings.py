@@ -23,6 +23,7 @@ def test_worker_settings_defaults_from_empty_env():
     assert settings.item_memory_bytes == 1024 * 1024 * 1024
     assert settings.max_attempts == 3
     assert settings.metrics_port == 0
+    assert settings.metrics_addr == "127.0.0.1"  # loopback outside the image
     assert settings.test_hooks_path is None
 
 
@@ -38,6 +39,7 @@ def test_worker_settings_read_every_variable():
             "GRADEFLEET_CACHE_TTL_S": "60",
             "GRADEFLEET_METRICS_PORT": "9100",
             "GRADEFLEET_METRICS_DIR": "/tmp/m",
+            "GRADEFLEET_METRICS_ADDR": "0.0.0.0",
             "GRADEFLEET_MAX_ATTEMPTS": "5",
             "GRADEFLEET_TEST_HOOKS": "/t/hooks.py",
         }
@@ -47,6 +49,7 @@ def test_worker_settings_read_every_variable():
     assert (settings.concurrency, settings.item_timeout_s) == (3, 2.5)
     assert (settings.item_memory_mb, settings.cache_ttl_s) == (256, 60)
     assert (settings.metrics_port, settings.metrics_dir) == (9100, "/tmp/m")
+    assert settings.metrics_addr == "0.0.0.0"
     assert settings.max_attempts == 5
     assert settings.test_hooks_path == "/t/hooks.py"
 
@@ -77,7 +80,12 @@ def test_worker_options_override_env():
     argv = worker_argv(settings)
     assert "--pool=prefork" in argv
     assert "--concurrency=4" in argv
-    assert f"--queues={QUEUE}" in argv
+    # Every lane, interactive (the original queue) first.
+    assert f"--queues={QUEUE},{QUEUE}.bulk" in argv
+    args = build_parser().parse_args(["--lanes", "interactive"])
+    assert "--queues=gradefleet" in worker_argv(settings_from_args(args, {}))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--lanes", "urgent"])
 
 
 def test_worker_app_is_json_only_late_ack_prefetch_one():
@@ -120,3 +128,26 @@ def test_worker_main_process_warms_the_verifier_before_the_pool_forks():
         timeout=120,
     )
     assert completed.stdout.split() == ["False", "True", "True"]
+
+
+def test_worker_settings_password_from_env_goes_into_every_url():
+    env = {
+        "GRADEFLEET_BROKER_URL": "rediss://b:1/0",
+        "GRADEFLEET_RESULT_BACKEND": "redis://r:1/0",
+        "GRADEFLEET_REDIS_PASSWORD": "pw",
+    }
+    settings = WorkerSettings.from_env(env)
+    assert settings.broker_url == "rediss://:pw@b:1/0?ssl_cert_reqs=required"
+    assert settings.cache_url == settings.broker_url
+    assert settings.backend_url == "redis://:pw@r:1/0"
+    args = build_parser().parse_args(["--broker", "redis://other:2/0"])
+    from_args = settings_from_args(args, env)
+    assert from_args.broker_url == "redis://:pw@other:2/0"
+    assert from_args.cache_url == from_args.broker_url
+
+
+def test_worker_settings_rediss_app_builds_without_ssl_cert_reqs():
+    # Celery's Redis backend raised ValueError on a rediss:// URL without it
+    settings = WorkerSettings.from_env({"GRADEFLEET_BROKER_URL": "rediss://h:1/0"})
+    app = create_app(settings)
+    assert app.backend.connparams["ssl_cert_reqs"] is not None
