@@ -8,9 +8,12 @@ SymPy, Celery or Redis.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
+from fractions import Fraction
 from typing import Any, Protocol, TypeVar
 
 _E = TypeVar("_E", bound=StrEnum)
@@ -102,11 +105,16 @@ class GradeOptions:
         allow_fallback: let answers found without an explicit final-answer marker
             (a "the result is 4" phrase, the last number) count as correct.
             `format_valid` is false for them either way.
-        rel_tol: relative tolerance used only when the *prediction* is a rounded
-            decimal compared against an exact gold (see the verifier's policy).
+        approximate: credit a rounded decimal for an exact value with no finite
+            decimal expansion (``3.14`` for pi, ``0.33`` for 1/3) and a prediction
+            within `rel_tol` of the gold. Off by default: an exact gold then needs
+            an exactly equal answer (float noise like ``2.0000000000000004`` aside).
+        rel_tol: relative tolerance used only with `approximate`, when the
+            *prediction* is a rounded decimal compared against an exact gold.
     """
 
     allow_fallback: bool = True
+    approximate: bool = False
     rel_tol: float = 1e-6
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,3 +200,26 @@ PER_RESPONSE_FIELDS = ("format_valid", "extracted", "extraction_method")
 ANSWER_FIELDS = tuple(
     name for name in VERDICT_FIELDS if name not in {*PER_RESPONSE_FIELDS, "cached"}
 )
+
+
+def exact_gold_text(value: object) -> str:
+    """A gold answer as exact text: str as is, int/Decimal/Fraction/float exactly.
+
+    A float is written as its shortest round-trip repr (`0.1` -> "0.1"), so the text
+    is the number the caller wrote. Callers pass golds from JSON, Parquet or code, and
+    a number is as good a gold as its text.
+
+    Raises:
+        TypeError: bool, None, a non-finite float, or any other type.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise TypeError("a bool is not a gold answer")
+    if isinstance(value, int | Fraction):
+        return str(value)
+    if isinstance(value, Decimal) and value.is_finite():
+        return format(value, "f")
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    raise TypeError(f"gold must be str or a finite number, not {type(value).__name__}")
