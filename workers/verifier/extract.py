@@ -201,6 +201,7 @@ def _extract_from(text: str) -> Extraction:
     line = answer_line(text, allow_gsm8k=True)
     if tag is not None and tag[1] > box_end:
         found = _run_on_after(_from_tag(tag[0]), text, tag[1])
+        found = _restated(found, text, tag[1])
     elif line is not None and line[1] >= box_end:
         # An answer line after the last box is the model's final word on it.
         found = Extraction(
@@ -209,6 +210,8 @@ def _extract_from(text: str) -> Extraction:
             format_valid=True,
             reason="answer line",
         )
+        line_end = text.find("\n", line[1])
+        found = _restated(found, text, len(text) if line_end < 0 else line_end)
     elif valid_box is not None:
         return _run_on_after(_from_box(valid_box, text), text, valid_box.end)
     else:
@@ -222,6 +225,23 @@ def _extract_from(text: str) -> Extraction:
             reason=f"{note}; {found.reason}",
         )
     return found
+
+
+def _restated(found: Extraction, text: str, end: int) -> Extraction:
+    """A "the answer is X" phrase after a tag or answer line is the model's later,
+    explicit word: it beats the earlier span (`Answer: The bakery sold 14 loaves.`
+    then `The answer is: 10` gives 10)."""
+    if found.answer is None or end >= len(text):
+        return found
+    phrase = phrase_answer(text[end:])
+    if phrase is None:
+        return found
+    return Extraction(
+        answer=phrase,
+        method=found.method,
+        format_valid=found.format_valid,
+        reason=f"{found.reason}, restated later by an answer phrase",
+    )
 
 
 def _run_on_after(found: Extraction, text: str, end: int) -> Extraction:
