@@ -16,15 +16,21 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
      other word breaks the chain, see `boxchain`). An empty last box
      gives no answer (no fallback). A truncated last box (``\\boxed{4`` at the end)
      is not a box: the search falls through and ``format_valid`` is false;
-   - ``<answer>...</answer>``: its content is searched with these same rules; a box
-     inside it is reported as ``boxed``, anything else as ``answer_tag``;
+   - ``<answer>...</answer>`` (up to the first ``</answer>`` after the last
+     ``<answer>``): its content is searched with these same rules; a box inside it
+     is reported as ``boxed``, anything else as ``answer_tag``;
    - an ``Answer: x`` line (``ANSWER:``, ``**Answer:**``, ``Final Answer:``, a
      ``Final Answer`` heading over the answer, ``Final Answer:`` mid-line) or a
      GSM8K ``A: 18`` or ``#### 18`` last line.
+   A "the answer is X" phrase after the tag or line restates it and wins. Prose in
+   any of these spans is read by the sentence policy (`sentences`) when parsed.
 3. Fallbacks, ``format_valid`` false: "the final answer is X" / "the answer is X" /
    "the result is X" (``final_answer_phrase``); then, reported as ``last_number``,
    a math span closing the text (``so $x \\ge 5$.``), a whole response that is one
-   short expression (``x+1``), and the last number not glued to a word.
+   short expression (``x+1``), the final sentence's asserted value, the last
+   ```` ```output ```` block, and the last number not glued to a word and not a label
+   (``#3``, ``Step 2``). A response that ends in 300+ characters without a digit
+   committed to no number: the last three give nothing there.
    Full-width digits (``１２３``) are read as ASCII digits by the fallbacks.
 
 `extract_gold` reads ``#### 18``, then boxes (the last one, or all of them joined
