@@ -25,7 +25,10 @@ pytestmark = pytest.mark.integration
 TEXT = st.text(max_size=40) | st.sampled_from(
     ["\\boxed{4}", "4", "\\frac{1}{2}", "", "\x00", "\\boxed{", "é" * 3]
 )
-SCALAR = st.none() | st.booleans() | st.integers() | st.floats() | TEXT
+# Finite floats: httpx (like any strict JSON encoder) cannot send NaN; the raw
+# NaN body is tested separately.
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+SCALAR = st.none() | st.booleans() | st.integers() | FINITE | TEXT
 JSON = st.recursive(
     SCALAR,
     lambda inner: (
@@ -125,3 +128,14 @@ def test_nemo_gym_route_never_5xx(service: ServeProcess, body: Any) -> None:
         assert isinstance(reply.json()["reward"], float)
     else:
         assert reply.status_code == 422
+
+
+def test_nan_in_an_echoed_body_is_a_422_not_a_500(service: ServeProcess) -> None:
+    body = b'{"response": {"output": []}, "expected_answer": "1", "x": NaN}'
+    reply = httpx.post(
+        service.url + "/compat/nemo-gym/verify",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert reply.status_code == 422
+    assert "NaN" in reply.text
