@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["TerminatedError", "exit_on_signals"]
+__all__ = ["TerminatedError", "exit_on_signals", "raise_if_stopped"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -26,8 +26,23 @@ class TerminatedError(BaseException):
         self.signum = signum
 
 
+# The signal that arrived, kept besides raising: Python swallows an exception raised
+# while it runs an at-fork callback, a finalizer or a weakref callback ("Exception
+# ignored in ..."), so a signal that lands there must still stop the run at the next
+# `raise_if_stopped` (seen: SIGINT inside logging's after-fork lock release).
+_pending: int | None = None
+
+
 def _raise(signum: int, _frame: FrameType | None) -> None:
+    global _pending
+    _pending = signum
     raise TerminatedError(signum)
+
+
+def raise_if_stopped() -> None:
+    """Raise `TerminatedError` if a stop signal arrived (and was swallowed)."""
+    if _pending is not None:
+        raise TerminatedError(_pending)
 
 
 @contextmanager
@@ -40,6 +55,7 @@ def exit_on_signals() -> Iterator[None]:
     previous = {sig: signal.signal(sig, _raise) for sig in _SIGNALS}
     try:
         yield
+        raise_if_stopped()
     except TerminatedError as exc:
         for sig in _SIGNALS:  # a second signal while exiting must not interrupt it
             signal.signal(sig, signal.SIG_IGN)

@@ -31,6 +31,7 @@ from producer.errors import DeadlinePassedError, InputFormatError
 from producer.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
 from producer.formats import InputFormat, detect_format, iter_records, open_output
 from producer.overlap import BehindWriter, read_ahead
+from producer.signals import raise_if_stopped
 from workers.models import (
     TRANSIENT_STATUSES,
     ExtractionMethod,
@@ -215,6 +216,7 @@ def grade_file(
         # (`producer.overlap`); order is kept.
         writer = stack.enter_context(BehindWriter(write))
         for chunk in chain([first], read_ahead(chunked(rows_in, CHUNK_ROWS))):
+            raise_if_stopped()
             rows = [row for row in chunk if isinstance(row, InputRow)]
             for bad in chunk:
                 if isinstance(bad, LineError):
@@ -231,6 +233,7 @@ def grade_file(
                 for row in rows
             ]
             writer.put((rows, verdicts, len(rows) - len(todo)))
+        raise_if_stopped()  # before the output is renamed into place
     errors.finish()
     summary.input_errors = errors.count
     summary.late_lines = sorted(set(late_lines))

@@ -144,9 +144,12 @@ def _temp_files(directory: Path) -> list[str]:
 def test_cli_stop_signal_leaves_no_temp_file_and_exits_128_plus_signal(
     tmp_path: Path, signum: int
 ):
-    # Given a run long enough to be stopped midway (800 rollouts, one process)
+    # Given a run long enough to be stopped midway: the Qwen file 40 times over
+    # (32,000 rollouts, one process; 800 finished before the signal on a fast run)
+    source = tmp_path / "many.jsonl"
+    source.write_text(QWEN.read_text(encoding="utf-8") * 40, encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    args = ["grade", str(QWEN), "-o", str(out), "--no-cache", "--processes", "1"]
+    args = ["grade", str(source), "-o", str(out), "--no-cache", "--processes", "1"]
     proc = subprocess.Popen(
         [sys.executable, "-c", MAIN, *args],
         stderr=subprocess.PIPE,
@@ -246,3 +249,29 @@ def test_cli_embedded_deadline_writes_every_row_as_timeout_and_names_lines(
     again = _grade(str(QWEN), "-o", str(out), "--resume", *EMBEDDED)
     assert again.exit_code == 0, again.output
     assert "timeout" not in {r["status"] for r in _read(out)}
+
+
+SWALLOWED = """
+import signal
+from producer.signals import exit_on_signals
+
+class Finalized:
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)  # Python ignores what __del__ raises
+
+with exit_on_signals():
+    Finalized()
+    print("block went on")
+"""
+
+
+def test_stop_signal_swallowed_by_python_still_stops_the_run():
+    # Given a stop signal that lands where Python ignores exceptions (a finalizer,
+    # as an at-fork callback does)
+    proc = subprocess.run(
+        [sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=60
+    )
+    # Then the block finishes, and the process still exits 128 + SIGTERM
+    assert "block went on" in proc.stdout
+    assert "Exception ignored" in proc.stderr
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
