@@ -359,7 +359,9 @@ HOSTILE = {
 
 @pytest.mark.parametrize("text", list(HOSTILE.values()), ids=list(HOSTILE))
 def test_extract_hostile_is_fast(text: str) -> None:
-    started = time.perf_counter()
+    # CPU time, not wall: this guards against quadratic scans (minutes on 1 MB), and
+    # must not fail because other processes share the machine.
+    started = time.process_time()
     extract_answer(text)
     extract_gold(text)
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5

@@ -18,6 +18,8 @@ import pytest
 from workers.models import Verdict
 from workers.verifier import grade, grade_answer
 
+# CPU seconds, not wall: a complexity guard (a quadratic scan of 1 MB takes minutes)
+# that must not fail because other processes share the machine.
 MAX_SECONDS_PER_ITEM = 1.0
 CANARY = "CANARY"
 
@@ -175,9 +177,9 @@ def test_hostile_input_returns_verdict_fast_and_runs_nothing(
     _audit["armed"] = True
     # When: the hostile input is graded
     try:
-        started = time.perf_counter()
+        started = time.process_time()
         verdict = _run(name, role)
-        elapsed_s = time.perf_counter() - started
+        elapsed_s = time.process_time() - started
     finally:
         _audit["armed"] = False
     # Then: a verdict, quickly, and nothing executed
