@@ -32,6 +32,7 @@ from producer.settings import ProducerSettings, default_cache_dir
 from producer.status import read_fleet_status
 from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
+from workers.signing import Keyring, keyring_from_env
 from workers.sizing import CHUNK_ROWS, LOCAL_BATCH_SIZE
 from workers.urls import connect_url, read_secret
 
@@ -98,6 +99,14 @@ def _connect_url(url: str) -> str:
         return connect_url(url, password=password)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--broker'") from exc
+
+
+def _keyring() -> Keyring | None:
+    """The fleet key from `GRADEFLEET_SIGNING_KEY(_FILE)` (workers read the same)."""
+    try:
+        return keyring_from_env(os.environ)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="GRADEFLEET_SIGNING_KEY") from exc
 
 
 def _count_rows(path: str) -> int | None:
@@ -288,6 +297,7 @@ def grade(
         item_timeout_s=item_timeout_s,
         item_memory_mb=item_memory_mb,
         cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
+        keyring=_keyring() if broker else None,
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     started_s = time.monotonic()

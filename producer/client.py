@@ -27,9 +27,11 @@ from workers.contract import (
     WireBatch,
     batch_to_wire,
     detach_items,
+    sign_task,
 )
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.protocol import batch_items_key
+from workers.signing import Keyring, items_digest
 from workers.sizing import batch_size_for
 from workers.urls import connect_url, redact_url
 
@@ -87,6 +89,9 @@ class GradingClient:
         result_backend: Redis URL of the result backend (default: the broker).
         item_timeout_s: the workers' per-item deadline, used for `stall_after_s`.
         metrics: optional producer counters.
+        keyring: the fleet's signing keys (`workers.signing`): tasks are signed,
+            and results are accepted only with a valid MAC. Without it, a result is
+            still refused when it names other items than were sent.
 
     Raises:
         BrokerUnavailableError: the broker or result backend does not answer a ping.
@@ -104,6 +109,7 @@ class GradingClient:
         result_backend: str | None = None,
         item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S,
         metrics: ClientMetrics | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be ≥ 1")
@@ -118,6 +124,7 @@ class GradingClient:
         )
         self.options = options or GradeOptions()
         self._metrics = metrics
+        self._keyring = keyring
         backend_url = result_backend or broker_url
         _ping(broker_url)
         if backend_url != broker_url:
@@ -179,6 +186,7 @@ class GradingClient:
             resend_after_s=self.resend_after_s,
             stall_after_s=self.stall_after_s,
             metrics=self._metrics,
+            keyring=self._keyring,
         )
         self._publish_all(job_id, batches)
         if self._metrics is not None:
@@ -217,6 +225,9 @@ class GradingClient:
                     attempt=batch.attempt,
                 )
             )
+            batch.items_digest = items_digest(items_json)
+            if self._keyring is not None:
+                wire = sign_task(wire, items_json, self._keyring)
             pipe.set(wire["items_key"], items_json, ex=self._items_ttl_s)
             wires.append(wire)
         pipe.execute()

@@ -223,6 +223,7 @@ class _FleetGrader(GraderBase):
             batch_size=settings.batch_size,
             options=options,
             item_timeout_s=settings.item_timeout_s,
+            keyring=settings.keyring,
         )
 
     def grade(

@@ -27,8 +27,10 @@ from workers.protocol import (
     TaskMeta,
     job_done_key,
     read_task_meta,
+    result_rejection,
     task_meta_key,
 )
+from workers.signing import Keyring
 
 __all__ = ["Batch", "GradingJob", "Progress", "format_ranges"]
 
@@ -53,6 +55,7 @@ class Batch:
     failures: int = 0
     resends: int = 0
     done: bool = False
+    items_digest: str | None = None  # of the items as last stored (`_store_items`)
     key: bytes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,8 +103,10 @@ class GradingJob:
         resend_after_s: float,
         stall_after_s: float | None = None,
         metrics: Any = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self.job_id = job_id
+        self._keyring = keyring
         self._done_key = job_done_key(job_id).encode()
         self.total = total
         self._batches = batches
@@ -225,10 +230,20 @@ class GradingJob:
         batch.state = meta.status
         if meta.status == "SUCCESS":
             pairs = meta.results or []
-            if {i for i, _ in pairs} == {item[0] for item in batch.items}:
+            rejection = result_rejection(
+                meta.envelope,
+                job_id=self.job_id,
+                batch_id=batch.batch_id,
+                items_digest=batch.items_digest,
+                keyring=self._keyring,
+            )
+            if rejection is not None:
+                self._on_failure(batch, rejection)
+            elif {i for i, _ in pairs} == {item[0] for item in batch.items}:
                 batch.done = True
                 return self._accept(pairs)
-            self._on_failure(batch, "result does not cover the batch's indexes")
+            else:
+                self._on_failure(batch, "result does not cover the batch's indexes")
         elif meta.status == "FAILURE":
             self._on_failure(batch, meta.failure or "")
         return []

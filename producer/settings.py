@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.signing import Keyring
 from workers.urls import redact_url
 
 __all__ = ["CACHE_FILE_NAME", "ProducerSettings", "default_cache_dir", "redact_url"]
@@ -38,6 +39,8 @@ class ProducerSettings:
         item_memory_mb: embedded mode only: memory cap per grading process.
         cache_dir: embedded mode only: where the SQLite result cache lives;
             None disables the cache.
+        keyring: fleet mode: the fleet's signing keys (tasks signed, results
+            verified; see `workers.signing`).
     """
 
     broker_url: str | None = None
@@ -47,6 +50,7 @@ class ProducerSettings:
     item_timeout_s: float = 5.0
     item_memory_mb: int = 1024
     cache_dir: Path | None = None
+    keyring: Keyring | None = None
 
     def __post_init__(self) -> None:
         checks = {

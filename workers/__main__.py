@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -109,6 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse options, build settings (the worker's only env read), run the worker."""
     args = build_parser().parse_args(argv)
     settings = settings_from_args(args, os.environ)
+    if settings.keyring is None:
+        print(
+            "gradefleet worker: no GRADEFLEET_SIGNING_KEY(_FILE): tasks, results, saved"
+            " verdicts and cache entries are not authenticated (see deploy/README.md)",
+            file=sys.stderr,
+        )
     _setup_metrics(settings)
     from workers.app import create_app
 

@@ -8,6 +8,7 @@ the Redis side of it is `workers.bookkeeping`, the keys and the result envelope 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,8 @@ from workers.contract import (
     attach_items,
     batch_from_wire,
     items_reference,
+    task_mac_ok,
+    wire_items_digest,
 )
 from workers.models import Status, Verdict
 from workers.protocol import job_done_key, result_json, task_meta_key
@@ -39,6 +42,7 @@ __all__ = ["BatchRun", "grade_batch"]
 # was saved); one with slow items saves after each slow chunk.
 SAVE_AFTER_S = 0.25
 _LATE_REASON = "batch time limit reached before this item"
+log = logging.getLogger(__name__)
 
 
 class BatchRun:
@@ -54,14 +58,24 @@ class BatchRun:
         runtime: WorkerRuntime,
         request: WireBatchRequest,
         task: Task[Any, Any] | None = None,
+        *,
+        items_digest: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.request = request
         self.task = task
+        self.items_digest = items_digest
         self.done: dict[int, Verdict] = {}
         slot = None if task is None else self._result_slot(task)
         ttl_s = 2 * runtime.settings.visibility_timeout_s
-        self.progress = BatchProgress(runtime.redis, request.batch_id, ttl_s, slot)
+        self.progress = BatchProgress(
+            runtime.redis,
+            request.batch_id,
+            ttl_s,
+            slot,
+            keyring=runtime.settings.keyring,
+            items_digest=items_digest or "",
+        )
 
     def run(self) -> list[tuple[int, Verdict]]:
         """Grade what no earlier delivery saved; store the result; verdicts in order."""
@@ -69,6 +83,7 @@ class BatchRun:
         observer = self.runtime.observer
         observer.discard()  # left by a batch that failed: never stored
         attempts, self.done = self.progress.begin()
+        self.runtime.metrics.integrity_rejected("partial", self.progress.rejected)
         todo = [
             GradeItem(index=it["index"], response=it["response"], gold=it["gold"])
             for it in self.request.items
@@ -103,7 +118,11 @@ class BatchRun:
         """The result of exactly this batch's indexes, as JSON text."""
         results = [(it["index"], self.done[it["index"]]) for it in self.request.items]
         return result_json(
-            job_id=self.request.job_id, batch_id=self.request.batch_id, results=results
+            job_id=self.request.job_id,
+            batch_id=self.request.batch_id,
+            results=results,
+            items_digest=self.items_digest,
+            keyring=self.runtime.settings.keyring,
         )
 
     def _grade_or_stand_in(self, todo: list[GradeItem], attempts: int) -> None:
@@ -169,12 +188,29 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
     task's result key by `BatchRun`."""
     runtime = get_runtime()
     key = items_reference(wire)
+    payload = None
     if key is not None:  # items stored by the producer (`contract.detach_items`)
         # GETRANGE, not GET: an oversized value is refused without being read whole
         # (the stubs leave `getrange` untyped, hence the raw command).
         payload = runtime.redis.execute_command("GETRANGE", key, 0, MAX_PAYLOAD_BYTES)
         wire = attach_items(wire, payload)
     request = batch_from_wire(wire)
+    digest = wire_items_digest(wire, payload)
+    keyring = runtime.settings.keyring
+    if keyring is not None and not task_mac_ok(
+        request, wire.get("mac"), digest, keyring
+    ):
+        # Not built by a holder of the fleet key, or its items were swapped in
+        # Redis: graded for nobody, and nothing is written under its ids (a
+        # FAILURE there would count against the real batch of those ids).
+        runtime.metrics.integrity_rejected("task")
+        log.warning(
+            "dropped batch %s of job %s: its MAC does not verify (forged, or its "
+            "items were changed in Redis; or the producer lacks the fleet key)",
+            request.batch_id,
+            request.job_id,
+        )
+        return
     runtime.metrics.queue_wait(time.time() - request.enqueued_at)
     with runtime.metrics.busy():
-        BatchRun(runtime, request, self).run()
+        BatchRun(runtime, request, self, items_digest=digest).run()
