@@ -73,14 +73,23 @@ class AsyncGradingClient:
             await asyncio.to_thread(client.close)
 
     async def submit(
-        self, rollouts: Iterable[object], *, deadline_s: float | None = None
+        self,
+        rollouts: Iterable[object],
+        *,
+        deadline_s: float | None = None,
+        priority: str | None = None,
     ) -> AsyncGradingJob:
+        """See `GradingClient.submit` (`priority`: this job's lane)."""
         client = await self.connect()
         items = list(rollouts)
-        job = await asyncio.to_thread(client.submit, items, deadline_s=deadline_s)
+        job = await asyncio.to_thread(
+            client.submit, items, deadline_s=deadline_s, priority=priority
+        )
         return AsyncGradingJob(job)
 
-    async def grade(self, rollouts: Iterable[object]) -> list[Verdict]:
+    async def grade(
+        self, rollouts: Iterable[object], *, priority: str | None = None
+    ) -> list[Verdict]:
         """Verdicts in input order (see `GradingClient.grade`)."""
-        job = await self.submit(rollouts)
+        job = await self.submit(rollouts, priority=priority)
         return await job.results()

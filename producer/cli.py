@@ -28,6 +28,7 @@ from producer.batching import (
 )
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
 from producer.grader import Grader, open_grader
+from producer.serve_cli import serve
 from producer.settings import ProducerSettings, default_cache_dir
 from producer.status import read_fleet_status
 from workers.errors import ConfigError, GraderError
@@ -261,6 +262,15 @@ def _grade_file(
     is_flag=True,
     help="Only answers with an explicit marker (\\boxed{}, 'Answer:') can be correct.",
 )
+@click.option(
+    "--priority",
+    type=click.Choice(["interactive", "bulk"]),
+    default=_DEFAULTS.priority,
+    envvar="GRADEFLEET_PRIORITY",
+    show_default=True,
+    help="On a fleet: the lane of this file's jobs. Workers take interactive work "
+    "(RL steps) first; bulk (sweeps) gets the rest and never starves.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
 def grade(
     input_path: str,
@@ -274,6 +284,7 @@ def grade(
     cache_dir: Path | None,
     no_cache: bool,
     no_fallback: bool,
+    priority: str,
     quiet: bool,
 ) -> None:
     """Grade every rollout of INPUT.jsonl; write OUTPUT.jsonl in the same order.
@@ -297,6 +308,7 @@ def grade(
         item_timeout_s=item_timeout_s,
         item_memory_mb=item_memory_mb,
         cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
+        priority=priority,
         keyring=_keyring() if broker else None,
     )
     options = GradeOptions(allow_fallback=not no_fallback)
@@ -369,7 +381,8 @@ def status(
     as_json: bool,
     metrics_urls: tuple[str, ...],
 ) -> None:
-    """Show queue depth, live workers and recent throughput of a fleet."""
+    """Show each lane's queue depth, running jobs by lane with their progress, live
+    workers and recent throughput of a fleet."""
     fleet = read_fleet_status(
         _connect_url(broker),
         timeout_s=timeout_s,
@@ -377,6 +390,9 @@ def status(
         metrics_urls=metrics_urls,
     )
     click.echo(fleet.to_json() if as_json else fleet.render())
+
+
+cli.add_command(serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -17,18 +17,19 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from producer.board import JobBoard
 from producer.errors import BrokerUnavailableError
-from producer.job import Batch, GradingJob, Progress
+from producer.job import Batch, GradingJob, OnDeadline, Progress
 from producer.rollouts import validate_rollouts
 from workers.connections import RedisClients
 from workers.contract import (
     GRADE_BATCH,
-    QUEUE,
     WireBatch,
     batch_to_wire,
     detach_items,
     sign_task,
 )
+from workers.lanes import INTERACTIVE, Lane, parse_lane, queue_for
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.protocol import batch_items_key
 from workers.signing import Keyring, items_digest
@@ -58,6 +59,11 @@ DEFAULT_RESEND_AFTER_S = 10.0
 # a re-delivered message still finds them.
 DEFAULT_ITEMS_TTL_S = 6 * 3600
 _PING_TIMEOUT_S = 2.0
+# Batches of one job in the broker at a time (the rest wait in the producer): enough
+# to keep 32 worker processes busy with one job (two each: one running, one queued)
+# while bounding what one job puts ahead of others in its lane (64 x 512 rollouts,
+# ~16 MB) and how long a newcomer to the lane waits for its first turn.
+DEFAULT_MAX_BATCHES_IN_FLIGHT = 64
 
 
 class ClientMetrics(Protocol):
@@ -89,6 +95,15 @@ class GradingClient:
         result_backend: Redis URL of the result backend (default: the broker).
         item_timeout_s: the workers' per-item deadline, used for `stall_after_s`.
         metrics: optional producer counters.
+        priority: the lane of this client's jobs (`interactive`, the default: RL
+            steps and per-sample calls, taken first by every worker; or `bulk`:
+            sweeps); `submit` and `grade` can override it per job.
+        max_batches_in_flight: batches of one job in the broker at a time; the rest
+            are sent as results come back (fair turns between jobs of one lane,
+            bounded broker memory). Raise it for fleets of over 32 processes.
+        on_deadline: what a job does at its deadline: "raise" DeadlinePassedError
+            (default), or "timeout": every rollout still ungraded gets a `timeout`
+            verdict, and the job's queued batches are dropped.
         keyring: the fleet's signing keys (`workers.signing`): tasks are signed,
             and results are accepted only with a valid MAC. Without it, a result is
             still refused when it names other items than were sent.
@@ -109,10 +124,20 @@ class GradingClient:
         result_backend: str | None = None,
         item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S,
         metrics: ClientMetrics | None = None,
+        priority: str = INTERACTIVE,
+        max_batches_in_flight: int = DEFAULT_MAX_BATCHES_IN_FLIGHT,
+        on_deadline: OnDeadline = "raise",
         keyring: Keyring | None = None,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be ≥ 1")
+        if max_batches_in_flight < 1:
+            raise ValueError("max_batches_in_flight must be ≥ 1")
+        if on_deadline not in ("raise", "timeout"):
+            raise ValueError('on_deadline must be "raise" or "timeout"')
+        self.priority: Lane = parse_lane(priority)
+        self.max_batches_in_flight = max_batches_in_flight
+        self.on_deadline: OnDeadline = on_deadline
         broker_url = connect_url(broker_url)  # rediss:// defaults
         result_backend = None if result_backend is None else connect_url(result_backend)
         self.broker_url = broker_url
@@ -134,6 +159,7 @@ class GradingClient:
         self._broker_redis = self._clients.get(broker_url)
         self._items_ttl_s = max(DEFAULT_ITEMS_TTL_S, int(2 * (deadline_s or 0)))
         self._app = _producer_app(broker_url)
+        self._board = JobBoard(self._broker_redis)
 
     def __enter__(self) -> GradingClient:
         return self
@@ -151,19 +177,36 @@ class GradingClient:
         self._clients.close()
         self._app.close()
 
-    def grade(self, rollouts: Iterable[object]) -> list[Verdict]:
+    def grade(
+        self, rollouts: Iterable[object], *, priority: str | None = None
+    ) -> list[Verdict]:
         """Grade every rollout; verdicts in input order.
+
+        Args:
+            priority: this job's lane (default: the client's `priority`).
 
         Raises:
             InvalidRolloutError: a rollout lacks string `response`/`gold` (index given).
             DeadlinePassedError: `deadline_s` passed; the message lists missing indexes.
+            ValueError: `priority` is not a lane.
         """
-        return self.submit(rollouts).results()
+        return self.submit(rollouts, priority=priority).results()
 
     def submit(
-        self, rollouts: Iterable[object], *, deadline_s: float | None = None
+        self,
+        rollouts: Iterable[object],
+        *,
+        deadline_s: float | None = None,
+        priority: str | None = None,
     ) -> GradingJob:
-        """Validate, split into batches and publish; returns at once."""
+        """Validate, split into batches and publish the first `max_batches_in_flight`
+        of them (the job sends the rest as results arrive); returns at once.
+
+        Args:
+            deadline_s: this job's time limit (default: the client's `deadline_s`).
+            priority: this job's lane (default: the client's `priority`).
+        """
+        lane = self.priority if priority is None else parse_lane(priority)
         triples = validate_rollouts(rollouts)
         job_id = uuid.uuid4().hex
         size = self.batch_size or batch_size_for(len(triples))
@@ -180,33 +223,38 @@ class GradingClient:
             batches=batches,
             total=len(triples),
             results_client=self._results,
-            publish=self._publish,
+            publish=lambda some: self._publish(job_id, lane, some),
             release=self._release,
             deadline_at=None if limit_s is None else time.monotonic() + limit_s,
             resend_after_s=self.resend_after_s,
             stall_after_s=self.stall_after_s,
             metrics=self._metrics,
+            max_in_flight=self.max_batches_in_flight,
+            lane=lane,
+            on_deadline=self.on_deadline,
+            on_progress=self._board.update,
             keyring=self._keyring,
         )
-        self._publish_all(job_id, batches)
+        job.start()
         if self._metrics is not None:
             self._metrics.rollouts_submitted.inc(len(triples))
         return job
 
-    def _publish_all(self, job_id: str, batches: Sequence[Batch]) -> None:
+    def _publish(self, job_id: str, lane: Lane, batches: Sequence[Batch]) -> None:
+        """Store the batches' items (one round trip) and publish them to the lane's
+        queue; a re-sent batch's items are stored again too.
+
+        Raises:
+            BrokerUnavailableError: the broker cannot be reached.
+        """
         try:
             wires = self._store_items(job_id, batches)
             with self._app.producer_or_acquire() as producer:
                 for batch, wire in zip(batches, wires, strict=True):
-                    self._send(batch, wire, producer=producer)
+                    self._send(batch, wire, queue_for(lane), producer=producer)
         except (OperationalError, redis.RedisError, OSError) as exc:
             url = redact_url(self.broker_url)
             raise BrokerUnavailableError(f"cannot publish to {url}: {exc}") from exc
-
-    def _publish(self, job_id: str, batch: Batch) -> None:
-        """Publish one batch again (its items are stored again too)."""
-        (wire,) = self._store_items(job_id, [batch])
-        self._send(batch, wire)
 
     def _store_items(self, job_id: str, batches: Sequence[Batch]) -> list[WireBatch]:
         """Store each batch's items in the broker's Redis (one round trip); returns
@@ -233,12 +281,14 @@ class GradingClient:
         pipe.execute()
         return wires
 
-    def _send(self, batch: Batch, wire: WireBatch, *, producer: Any = None) -> None:
+    def _send(
+        self, batch: Batch, wire: WireBatch, queue: str, *, producer: Any = None
+    ) -> None:
         self._app.send_task(
             GRADE_BATCH,
             args=[wire],
             task_id=batch.batch_id,
-            queue=QUEUE,
+            queue=queue,
             producer=producer,
             # Worker logs show ids, not the argument: skips Celery's saferepr.
             argsrepr="(wire batch)",
@@ -274,7 +324,7 @@ def _producer_app(broker_url: str) -> Celery:
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
-        task_default_queue=QUEUE,
+        task_default_queue=queue_for(INTERACTIVE),
         broker_connection_retry_on_startup=False,
         # Plain JSON bodies: kombu's default base64 of the body (and the worker's
         # decode) is work for nothing; workers read each message's own

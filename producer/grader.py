@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from producer.errors import DeadlinePassedError, ProducerError
 from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
+from workers.lanes import INTERACTIVE
 from workers.models import GradeOptions, RolloutLike, Verdict
 
 __all__ = [
@@ -86,6 +87,8 @@ _FACTORIES: dict[str, str | GraderFactory] = {
     _EMBEDDED: "producer.grader:_open_embedded",
     "redis": "producer.grader:_open_fleet",
     "rediss": "producer.grader:_open_fleet",
+    "http": "producer.http_client:open_http_grader",
+    "https": "producer.http_client:open_http_grader",
 }
 
 
@@ -106,7 +109,9 @@ def open_grader(
     Args:
         url: where to grade (see the module docstring).
         options: verdict-changing options for every rollout graded.
-        settings: batch size, item limits, processes, cache directory.
+        settings: batch size, item limits, processes, cache directory, lane. None:
+            the defaults, but in the interactive lane (a program waits on its jobs;
+            the CLI passes its own settings, bulk unless told otherwise).
 
     Raises:
         ProducerError: no grader is registered for the URL's scheme.
@@ -122,7 +127,9 @@ def open_grader(
         factory = getattr(importlib.import_module(module), name)
         assert callable(factory)
     options = options or GradeOptions()
-    return factory(url or None, options, settings or ProducerSettings())
+    if settings is None:
+        settings = ProducerSettings(priority=INTERACTIVE)
+    return factory(url or None, options, settings)
 
 
 class GraderBase(abc.ABC):
@@ -223,6 +230,7 @@ class _FleetGrader(GraderBase):
             batch_size=settings.batch_size,
             options=options,
             item_timeout_s=settings.item_timeout_s,
+            priority=settings.priority,
             keyring=settings.keyring,
         )
 

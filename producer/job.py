@@ -1,4 +1,10 @@
-"""One submitted grading job: reads result keys, re-sends lost batches, keeps order.
+"""One submitted grading job: sends batches a window at a time, reads result keys,
+re-sends lost batches, keeps order.
+
+A job keeps at most `max_in_flight` batches in the broker; the rest wait here and go
+out as results come back. So one job of hundreds of thousands of rollouts never
+fills the queue ahead of everyone else (jobs of one lane take turns, in FIFO order,
+a window each) and the broker holds a bounded amount of it.
 
 Results are read from Celery's Redis result keys with one MGET per poll. Between
 polls the job blocks on its "done" list (`protocol.job_done_key`), where each worker
@@ -13,15 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from kombu.exceptions import OperationalError
 
-from producer.errors import DeadlinePassedError, ProducerError
-from workers.models import Verdict
+from producer.errors import (
+    BrokerUnavailableError,
+    DeadlinePassedError,
+    ProducerError,
+)
+from workers.models import ExtractionMethod, Status, Verdict
 from workers.protocol import (
     RUNNING_STATES,
     TaskMeta,
@@ -32,13 +42,20 @@ from workers.protocol import (
 )
 from workers.signing import Keyring
 
-__all__ = ["Batch", "GradingJob", "Progress", "format_ranges"]
+__all__ = ["Batch", "GradingJob", "OnDeadline", "Progress", "format_ranges"]
+
+# At the job deadline: raise DeadlinePassedError (the default), or answer every
+# rollout still without a verdict `timeout` and end the job.
+OnDeadline = Literal["raise", "timeout"]
+DEADLINE_REASON = "job deadline passed before this rollout was graded"
 
 _MAX_FAILURES = 3
 # Longest wait on the done list between polls: bounds how late a failure (stored by
 # Celery, which pushes no id), a heartbeat or a worker of an older version is seen.
 _WAIT_MAX_S = 0.25
 _RESEND_CHECK_S = 0.25
+# What a failed publish raises: the job tries again at its next poll.
+_PUBLISH_ERRORS = (BrokerUnavailableError, OperationalError, redis.RedisError, OSError)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -97,15 +114,20 @@ class GradingJob:
         batches: list[Batch],
         total: int,
         results_client: redis.Redis[bytes],
-        publish: Callable[[str, Batch], None],
+        publish: Callable[[Sequence[Batch]], None],
         release: Callable[[list[Batch]], None],
         deadline_at: float | None,
         resend_after_s: float,
         stall_after_s: float | None = None,
         metrics: Any = None,
+        max_in_flight: int | None = None,
+        lane: str = "interactive",
+        on_deadline: OnDeadline = "raise",
+        on_progress: Callable[[GradingJob], None] | None = None,
         keyring: Keyring | None = None,
     ) -> None:
         self.job_id = job_id
+        self.lane = lane
         self._keyring = keyring
         self._done_key = job_done_key(job_id).encode()
         self.total = total
@@ -117,12 +139,36 @@ class GradingJob:
         self._resend_after_s = resend_after_s
         self._stall_after_s = stall_after_s or resend_after_s
         self._metrics = metrics
+        self._max_in_flight = max_in_flight or max(1, len(batches))
+        self._on_deadline = on_deadline
+        self._on_progress = on_progress
+        self._sent = 0  # batches[:_sent] have been published (in order)
+        self._in_flight = 0  # of those, not done
         self._verdicts: list[Verdict | None] = [None] * total
         self._done = 0
         self._ready: list[tuple[int, Verdict]] = []  # received, not yet yielded
         self._last_activity = time.monotonic()
         self._last_resend_check = 0.0
         self.resent_batches = 0
+
+    def start(self) -> None:
+        """Publish the first window of batches.
+
+        Raises:
+            what `publish` raises (the broker is unreachable).
+        """
+        self._send_next(self._max_in_flight, raise_errors=True)
+        self._report()
+
+    @property
+    def done(self) -> int:
+        """Rollouts with a verdict so far (as of the last poll)."""
+        return self._done
+
+    @property
+    def in_flight(self) -> int:
+        """Batches published and not finished (at most `max_in_flight`)."""
+        return self._in_flight
 
     @property
     def progress(self) -> Progress:
@@ -155,7 +201,11 @@ class GradingJob:
                 continue
             if self._done >= self.total:
                 self._forget([self._done_key])
+                self._report()
                 return
+            if self._deadline_passed(time.monotonic()):
+                self._ready = self._time_out_rest()
+                continue
             self._ready = self._poll()
             if self._ready:
                 continue
@@ -190,8 +240,41 @@ class GradingJob:
             pass
         return [v for v in self._verdicts if v is not None]
 
+    def _deadline_passed(self, now: float) -> bool:
+        return (
+            self._on_deadline == "timeout"
+            and self._deadline_at is not None
+            and now >= self._deadline_at
+        )
+
+    def _time_out_rest(self) -> list[tuple[int, Verdict]]:
+        """End the job at its deadline: every rollout without a verdict gets a
+        `timeout` one; nothing more is sent, and the stored items of unfinished
+        batches are deleted, so a queued one costs a worker one failed read."""
+        unfinished = [b for b in self._batches if not b.done]
+        for batch in unfinished:
+            batch.done = True
+        self._sent = len(self._batches)
+        self._in_flight = 0
+        self._release(unfinished)
+        self._forget([b.key for b in unfinished])
+        versions = {v.grader_version for v in self._verdicts if v is not None}
+        stand_in = Verdict(
+            correct=False,
+            status=Status.TIMEOUT,
+            format_valid=False,
+            extracted=None,
+            extraction_method=ExtractionMethod.NONE,
+            reason=DEADLINE_REASON,
+            # The fleet's version where any verdict of the job came back.
+            grader_version=min(versions) if len(versions) == 1 else "",
+        )
+        missing = [(i, stand_in) for i, v in enumerate(self._verdicts) if v is None]
+        return self._accept(missing)
+
     def _limit(self, timeout_s: float | None) -> float | None:
-        limits = [x for x in (self._deadline_at,) if x is not None]
+        deadline = None if self._on_deadline == "timeout" else self._deadline_at
+        limits = [x for x in (deadline,) if x is not None]
         if timeout_s is not None:
             limits.append(time.monotonic() + timeout_s)
         return min(limits) if limits else None
@@ -204,7 +287,7 @@ class GradingJob:
         )
 
     def _poll(self) -> list[tuple[int, Verdict]]:
-        pending = [b for b in self._batches if not b.done]
+        pending = [b for b in self._batches[: self._sent] if not b.done]
         try:
             payloads = self._redis.mget([b.key for b in pending])
         except (redis.RedisError, OSError):
@@ -222,9 +305,30 @@ class GradingJob:
         if finished:
             self._forget([batch.key for batch in finished])
             self._release(finished)
+            self._in_flight -= len(finished)
+        self._send_next(self._max_in_flight - self._in_flight)
         if fresh and self._metrics is not None:
             self._metrics.results_received.inc(len(fresh))
+        self._report()
         return fresh
+
+    def _report(self) -> None:
+        if self._on_progress is not None:
+            self._on_progress(self)
+
+    def _send_next(self, room: int, *, raise_errors: bool = False) -> None:
+        """Publish up to `room` batches not sent yet, in input order."""
+        batches = self._batches[self._sent : self._sent + max(room, 0)]
+        if not batches:
+            return
+        try:
+            self._publish(batches)
+        except _PUBLISH_ERRORS:
+            if raise_errors:
+                raise
+            return  # broker down: the next poll tries again
+        self._sent += len(batches)
+        self._in_flight += len(batches)
 
     def _on_meta(self, batch: Batch, meta: TaskMeta) -> list[tuple[int, Verdict]]:
         batch.state = meta.status
@@ -276,7 +380,7 @@ class GradingJob:
         """Re-send running batches silent for `resend_after_s` (their worker died)
         and, once the whole job is silent for `stall_after_s`, the others too."""
         stalled = now - self._last_activity > self._stall_after_s
-        for batch in self._batches:
+        for batch in self._batches[: self._sent]:
             if batch.done:
                 continue
             running = batch.state in RUNNING_STATES
@@ -292,8 +396,8 @@ class GradingJob:
 
     def _resend(self, batch: Batch) -> None:
         try:
-            self._publish(self.job_id, batch)
-        except (OperationalError, redis.RedisError, OSError):
+            self._publish([batch])
+        except _PUBLISH_ERRORS:
             return  # broker down: try again at the next check
         batch.resends += 1
         self.resent_batches += 1

@@ -39,6 +39,8 @@ class ProducerSettings:
         item_memory_mb: embedded mode only: memory cap per grading process.
         cache_dir: embedded mode only: where the SQLite result cache lives;
             None disables the cache.
+        priority: on a fleet, the lane of the file's jobs: `bulk` (a sweep: workers
+            take interactive work, such as RL steps, first) or `interactive`.
         keyring: fleet mode: the fleet's signing keys (tasks signed, results
             verified; see `workers.signing`).
     """
@@ -50,6 +52,7 @@ class ProducerSettings:
     item_timeout_s: float = 5.0
     item_memory_mb: int = 1024
     cache_dir: Path | None = None
+    priority: str = "bulk"
     keyring: Keyring | None = None
 
     def __post_init__(self) -> None:
@@ -59,6 +62,7 @@ class ProducerSettings:
             "processes": self.processes is None or self.processes >= 1,
             "item_timeout_s": self.item_timeout_s > 0,
             "item_memory_mb": self.item_memory_mb >= 64,
+            "priority": self.priority in ("interactive", "bulk"),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

@@ -1,6 +1,7 @@
-"""What `gradefleet status` shows: queue depth read from Redis, live workers and their
-task counts over Celery's control bus (a light Celery app; no worker code imported),
-and, given worker metrics URLs, rollouts by status, rollouts/s and cache hit rate."""
+"""What `gradefleet status` shows: each lane's queue depth and the jobs on the job
+board (`producer.board`) read from Redis, live workers and their task counts over
+Celery's control bus (a light Celery app; no worker code imported), and, given worker
+metrics URLs, rollouts by status, rollouts/s and cache hit rate."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from producer.board import JobEntry, read_job_board
 from producer.errors import BrokerUnavailableError
-from workers.contract import GRADE_BATCH, QUEUE
+from workers.contract import GRADE_BATCH
+from workers.lanes import LANE_QUEUES
 from workers.urls import redact_url
 
 __all__ = [
     "FleetStatus",
     "GradingTotals",
+    "LaneStatus",
     "WorkerStatus",
     "read_fleet_status",
     "redact_url",
@@ -33,6 +37,15 @@ class WorkerStatus:
     concurrency: int | None
     batches_done: int
     uptime_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneStatus:
+    """One priority lane: its broker queue and how many batches wait there."""
+
+    lane: str
+    queue: str
+    ready: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -95,9 +108,8 @@ class FleetStatus:
     """A snapshot of the fleet; `batches_per_s` is measured over `window_s`."""
 
     broker: str
-    queue: str
-    ready: int
-    unacked: int | None
+    lanes: tuple[LaneStatus, ...]
+    unacked: int | None  # delivered, not yet acknowledged: all lanes together
     workers: tuple[WorkerStatus, ...]
     batches_per_s: float | None
     window_s: float
@@ -106,20 +118,30 @@ class FleetStatus:
     cache_hit_rate: float | None = None
     sandbox_restarts: int | None = None
     metrics_errors: tuple[str, ...] = ()
+    jobs: tuple[JobEntry, ...] = ()
+
+    @property
+    def ready(self) -> int:
+        """Batches waiting, all lanes together."""
+        return sum(lane.ready for lane in self.lanes)
 
     def to_json(self) -> str:
         data: dict[str, Any] = asdict(self)
-        data["workers"] = [asdict(w) for w in self.workers]
+        data["ready"] = self.ready
         return json.dumps(data, sort_keys=True)
 
     def render(self) -> str:
-        unacked = "?" if self.unacked is None else f"{self.unacked:,}"
         rate = "n/a" if self.batches_per_s is None else f"{self.batches_per_s:.1f}"
-        lines = [
-            f"broker       {self.broker}",
-            f"queue        {self.queue}: {self.ready:,} ready, {unacked} unacked",
-            f"workers      {len(self.workers)} live",
-        ]
+        lines = [f"broker       {self.broker}"]
+        for n, lane in enumerate(self.lanes):
+            head = "lanes" if n == 0 else ""
+            lines.append(
+                f"{head:<13}{lane.lane:<12} {lane.queue}: {lane.ready:,} ready"
+            )
+        unacked = "?" if self.unacked is None else f"{self.unacked:,}"
+        lines.append(f"             {unacked} unacked (being graded, all lanes)")
+        lines += self._job_lines()
+        lines.append(f"workers      {len(self.workers)} live")
         for w in self.workers:
             procs = "?" if w.concurrency is None else str(w.concurrency)
             lines.append(
@@ -127,6 +149,16 @@ class FleetStatus:
             )
         lines.append(f"throughput   {rate} batches/s (last {self.window_s:g} s)")
         return "\n".join(lines + self._metrics_lines())
+
+    def _job_lines(self) -> list[str]:
+        lines = [f"jobs         {len(self.jobs)} running"]
+        order = {lane.lane: n for n, lane in enumerate(self.lanes)}
+        for job in sorted(self.jobs, key=lambda j: (order.get(j.lane, 99), j.job_id)):
+            lines.append(
+                f"  {job.lane:<12} {job.job_id[:12]}  {job.done:,}/{job.total:,} "
+                f"rollouts ({job.fraction_done:.0%}), {job.in_flight} batches in flight"
+            )
+        return lines
 
     def _metrics_lines(self) -> list[str]:
         lines = [f"metrics      unreachable: {error}" for error in self.metrics_errors]
@@ -149,7 +181,9 @@ class FleetStatus:
         return lines
 
 
-def _queue_depth(broker_url: str, timeout_s: float) -> tuple[int, int | None]:
+def _lanes_and_jobs(
+    broker_url: str, timeout_s: float
+) -> tuple[tuple[LaneStatus, ...], int, tuple[JobEntry, ...]]:
     import redis
 
     from workers.metrics import read_queue_depths
@@ -161,7 +195,8 @@ def _queue_depth(broker_url: str, timeout_s: float) -> tuple[int, int | None]:
     except ValueError as exc:
         raise BrokerUnavailableError(f"invalid broker URL: {exc}") from exc
     try:
-        depths = read_queue_depths(client, [QUEUE])
+        depths = read_queue_depths(client, list(LANE_QUEUES.values()))
+        jobs = tuple(read_job_board(client))
     except (redis.RedisError, OSError) as exc:
         where = redact_url(broker_url)
         raise BrokerUnavailableError(
@@ -169,7 +204,11 @@ def _queue_depth(broker_url: str, timeout_s: float) -> tuple[int, int | None]:
         ) from exc
     finally:
         client.close()
-    return depths.ready[QUEUE], depths.unacked
+    lanes = tuple(
+        LaneStatus(lane=lane, queue=queue, ready=depths.ready[queue])
+        for lane, queue in LANE_QUEUES.items()
+    )
+    return lanes, depths.unacked, jobs
 
 
 def _worker(name: str, stats: dict[str, Any]) -> WorkerStatus:
@@ -241,7 +280,7 @@ def read_fleet_status(
     Raises:
         BrokerUnavailableError: Redis cannot be reached (checked first, quickly).
     """
-    ready, unacked = _queue_depth(broker_url, timeout_s)
+    lanes, unacked, jobs = _lanes_and_jobs(broker_url, timeout_s)
     names, first, last = _observe(
         broker_url, metrics_urls, timeout_s=timeout_s, window_s=window_s
     )
@@ -254,9 +293,9 @@ def read_fleet_status(
     scraped = bool(metrics_urls) and not last.errors
     return FleetStatus(
         broker=redact_url(broker_url),
-        queue=QUEUE,
-        ready=ready,
+        lanes=lanes,
         unacked=unacked,
+        jobs=jobs,
         workers=workers,
         batches_per_s=_rate(done_before, done_after, elapsed_s) if names else None,
         window_s=window_s,

@@ -23,6 +23,7 @@ _OPTION_FIELDS = {
     "metrics_addr": "metrics_addr",
     "loglevel": "loglevel",
     "hostname": "hostname",
+    "lanes": "lanes",
 }
 
 
@@ -50,7 +51,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--loglevel", help="Celery log level (default INFO)")
     add("--hostname", help="Celery node name, e.g. worker1@%%h")
+    add(
+        "--lanes",
+        type=_lanes,
+        help="lanes to consume, e.g. interactive (default interactive,bulk: "
+        "interactive first) [GRADEFLEET_LANES]",
+    )
     return parser
+
+
+def _lanes(text: str) -> tuple[str, ...]:
+    from workers.errors import ConfigError
+    from workers.settings import parse_lanes
+
+    try:
+        return parse_lanes(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def settings_from_args(
@@ -78,27 +95,29 @@ def _setup_metrics(settings: WorkerSettings) -> None:
     # metric exists, which prepare_multiprocess_dir() does.
     import redis
 
-    from workers.contract import QUEUE
+    from workers.lanes import LANE_QUEUES
     from workers.metrics import prepare_multiprocess_dir, start_metrics_server
 
     path = settings.metrics_dir or tempfile.mkdtemp(prefix="gradefleet-metrics-")
     prepare_multiprocess_dir(Path(path))
     if settings.metrics_port:
         client = redis.Redis.from_url(settings.broker_url, socket_timeout=2)
+        # Every lane's depth, whichever lanes this node consumes.
         start_metrics_server(
             settings.metrics_port,
             addr=settings.metrics_addr,
             redis_client=client,
-            queues=[QUEUE],
+            queues=list(LANE_QUEUES.values()),
         )
 
 
 def worker_argv(settings: WorkerSettings) -> list[str]:
     """Arguments for `Celery.worker_main`."""
-    from workers.contract import QUEUE
+    from workers.lanes import queue_for
 
+    queues = ",".join(queue_for(lane) for lane in settings.lanes)
     argv = ["worker", "--pool=prefork", f"--concurrency={settings.concurrency}"]
-    argv += [f"--loglevel={settings.loglevel}", f"--queues={QUEUE}"]
+    argv += [f"--loglevel={settings.loglevel}", f"--queues={queues}"]
     # Gossip and mingle only slow start-up; nothing here relies on them.
     argv += ["--without-gossip", "--without-mingle"]
     if settings.hostname:

@@ -15,6 +15,7 @@ from celery.worker import control
 
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
 from workers.contract import QUEUE
+from workers.lanes import LaneCycle
 from workers.runtime import configure, forget_runtime, get_runtime
 from workers.sandbox import warm_up_verifier
 from workers.settings import WorkerSettings
@@ -79,6 +80,7 @@ def create_app(settings: WorkerSettings) -> Celery:
     configure(settings)
     _limit_remote_control()
     soft_s, hard_s = _time_limits_s(settings)
+    LaneCycle.bulk_every = settings.bulk_every
     app = Celery("gradefleet", broker=settings.broker_url, backend=settings.backend_url)
     app.conf.update(
         task_serializer="json",
@@ -93,7 +95,12 @@ def create_app(settings: WorkerSettings) -> Celery:
         task_store_errors_even_if_ignored=True,
         worker_prefetch_multiplier=1,
         task_default_queue=QUEUE,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            # One BRPOP over every lane's lists, interactive first, bulk now and
+            # then (`workers.lanes.LaneCycle`); kombu imports the class by name.
+            "queue_order_strategy": f"{LaneCycle.__module__}:{LaneCycle.__name__}",
+        },
         broker_connection_retry_on_startup=True,
         result_expires=max(3_600, settings.visibility_timeout_s),
         task_soft_time_limit=soft_s,

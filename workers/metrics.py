@@ -35,6 +35,7 @@ from redis.exceptions import RedisError
 
 from workers import __version__
 from workers.errors import MetricsSetupError
+from workers.lanes import INTERACTIVE, LANES, lane_of_queue
 from workers.models import Status, Verdict
 from workers.protocol import UNACKED_KEY, priority_queue_keys
 
@@ -188,12 +189,25 @@ class WorkerMetrics:
             buckets=BATCH_SIZE_BUCKETS,
             registry=reg,
         )
-        self._queue_wait = Histogram(
+        queue_wait = Histogram(
             "gradefleet_queue_wait_seconds",
-            "Time a batch waited in the queue (enqueued_at to task start).",
+            "Time a batch waited in the queue (enqueued_at to task start), by lane.",
+            ["lane"],
             buckets=QUEUE_WAIT_BUCKETS_S,
             registry=reg,
         )
+        self._queue_wait: dict[str, Histogram] = {
+            lane: queue_wait.labels(lane=lane) for lane in LANES
+        }
+        lane_rollouts = Counter(
+            "gradefleet_lane_rollouts",
+            "Rollouts of finished batches, by the lane they were queued in.",
+            ["lane"],
+            registry=reg,
+        )
+        self._lane_rollouts: dict[str, Counter] = {
+            lane: lane_rollouts.labels(lane=lane) for lane in LANES
+        }
 
     def item_graded(self, verdict: Verdict, duration_s: float) -> None:
         """Count one graded rollout by status; record its grading time."""
@@ -219,14 +233,20 @@ class WorkerMetrics:
         if count:
             self._rejected[kind].inc(count)
 
-    def batch_done(self, *, size: int, duration_s: float) -> None:
-        """Record one finished batch."""
+    def batch_done(
+        self, *, size: int, duration_s: float, lane: str = INTERACTIVE
+    ) -> None:
+        """Record one finished batch (of `lane`; an unknown lane counts as
+        interactive, where work from before lanes existed went)."""
         self._batch_duration.observe(max(duration_s, 0.0))
         self._batch_size.observe(size)
+        self._lane_rollouts.get(lane, self._lane_rollouts[INTERACTIVE]).inc(size)
 
-    def queue_wait(self, seconds: float) -> None:
-        """Record how long a batch waited in the queue (clock skew clamps to 0)."""
-        self._queue_wait.observe(max(seconds, 0.0))
+    def queue_wait(self, seconds: float, *, lane: str = INTERACTIVE) -> None:
+        """Record how long a batch of `lane` waited in the queue (clock skew clamps
+        to 0)."""
+        wait = self._queue_wait.get(lane, self._queue_wait[INTERACTIVE])
+        wait.observe(max(seconds, 0.0))
 
     @contextmanager
     def busy(self) -> Iterator[None]:
@@ -321,7 +341,7 @@ class QueueDepthCollector(Collector):
             up.add_metric([], 0.0)
             return [up]
         for queue, n in sorted(depths.ready.items()):
-            depth.add_metric([queue, "ready"], float(n))
+            depth.add_metric([queue, lane_of_queue(queue) or "", "ready"], float(n))
         unacked.add_metric([], float(depths.unacked))
         up.add_metric([], 1.0)
         return [depth, unacked, up]
@@ -330,8 +350,9 @@ class QueueDepthCollector(Collector):
     def _depth_family() -> GaugeMetricFamily:
         return GaugeMetricFamily(
             "gradefleet_queue_depth",
-            "Batches waiting in a broker queue (state: ready).",
-            labels=["queue", "state"],
+            "Batches waiting in a broker queue (state: ready); `lane` is the "
+            "queue's priority lane.",
+            labels=["queue", "lane", "state"],
         )
 
     @staticmethod

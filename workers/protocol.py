@@ -33,7 +33,9 @@ __all__ = [
     "WireResultItem",
     "attempts_key",
     "batch_items_key",
+    "job_board_key",
     "job_done_key",
+    "job_entry_key",
     "partial_key",
     "priority_queue_keys",
     "progress_meta",
@@ -69,6 +71,18 @@ def job_done_key(job_id: str) -> str:
     """List (result backend): ids of a job's batches whose result is stored; the
     producer blocks on it (BLPOP) instead of polling."""
     return f"{KEY_PREFIX}done:{job_id}"
+
+
+def job_board_key() -> str:
+    """Sorted set (broker's Redis): ids of the jobs whose producer is waiting on
+    them, scored by submission time (`producer.board`, read by `gradefleet status`)."""
+    return f"{KEY_PREFIX}jobs"
+
+
+def job_entry_key(job_id: str) -> str:
+    """Hash (broker's Redis): one job's lane and progress; it expires unless its
+    producer keeps refreshing it (`producer.board`)."""
+    return f"{KEY_PREFIX}job:{job_id}"
 
 
 def attempts_key(batch_id: str) -> str:

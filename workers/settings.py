@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from workers.errors import ConfigError
+from workers.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
 from workers.signing import Keyring, keyring_from_env
 from workers.sizing import MAX_AUTO_BATCH_SIZE
 from workers.urls import connect_url, read_secret
 
-__all__ = ["WorkerSettings"]
+__all__ = ["WorkerSettings", "parse_lanes"]
 
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 
@@ -39,6 +40,10 @@ class WorkerSettings:
         recycle_after_items: the sandbox child is replaced after this many items.
         max_batch_size: largest batch the time limits are sized for (producers
             make batches of at most 512 unless told otherwise).
+        lanes: the priority lanes this node consumes, in the order it takes them
+            (`workers.lanes`; all of them unless the node is dedicated to one).
+        bulk_every: after this many batches in a row from other lanes, the next
+            take tries the bulk lane first (bulk never starves).
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
         keyring: the fleet's signing keys (`workers.signing`), from
@@ -61,6 +66,8 @@ class WorkerSettings:
     max_attempts: int = 3
     recycle_after_items: int = 500
     max_batch_size: int = MAX_AUTO_BATCH_SIZE
+    lanes: tuple[Lane, ...] = LANES
+    bulk_every: int = DEFAULT_BULK_EVERY
     hostname: str | None = None
     loglevel: str = "INFO"
     keyring: Keyring | None = None
@@ -76,6 +83,8 @@ class WorkerSettings:
             "max_attempts": self.max_attempts >= 1,
             "recycle_after_items": self.recycle_after_items >= 1,
             "max_batch_size": self.max_batch_size >= 1,
+            "lanes": bool(self.lanes) and len(set(self.lanes)) == len(self.lanes),
+            "bulk_every": self.bulk_every >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -135,10 +144,24 @@ class WorkerSettings:
             max_attempts=_int(env, "GRADEFLEET_MAX_ATTEMPTS", 3),
             recycle_after_items=_int(env, "GRADEFLEET_RECYCLE_AFTER_ITEMS", 500),
             max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", MAX_AUTO_BATCH_SIZE),
+            lanes=parse_lanes(env.get("GRADEFLEET_LANES") or ",".join(LANES)),
+            bulk_every=_int(env, "GRADEFLEET_BULK_EVERY", DEFAULT_BULK_EVERY),
             hostname=env.get("GRADEFLEET_HOSTNAME") or None,
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
             test_hooks_path=env.get("GRADEFLEET_TEST_HOOKS") or None,
         )
+
+
+def parse_lanes(text: str) -> tuple[Lane, ...]:
+    """Comma-separated lane names (`interactive,bulk`), in the order given.
+
+    Raises:
+        ConfigError: an unknown lane name.
+    """
+    try:
+        return tuple(parse_lane(part.strip()) for part in text.split(",") if part)
+    except ValueError as exc:
+        raise ConfigError(f"GRADEFLEET_LANES / --lanes: {exc}") from exc
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

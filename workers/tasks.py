@@ -28,6 +28,7 @@ from workers.contract import (
     task_mac_ok,
     wire_items_digest,
 )
+from workers.lanes import INTERACTIVE, lane_of_queue
 from workers.models import Status, Verdict
 from workers.protocol import job_done_key, result_json, task_meta_key
 from workers.runtime import WorkerRuntime, get_runtime
@@ -59,11 +60,13 @@ class BatchRun:
         request: WireBatchRequest,
         task: Task[Any, Any] | None = None,
         *,
+        lane: str = INTERACTIVE,
         items_digest: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.request = request
         self.task = task
+        self.lane = lane
         self.items_digest = items_digest
         self.done: dict[int, Verdict] = {}
         slot = None if task is None else self._result_slot(task)
@@ -94,7 +97,9 @@ class BatchRun:
         self.progress.finish(self._result_json())
         observer.commit()
         self.runtime.metrics.batch_done(
-            size=len(self.request.items), duration_s=time.monotonic() - started
+            size=len(self.request.items),
+            duration_s=time.monotonic() - started,
+            lane=self.lane,
         )
         return [(it["index"], self.done[it["index"]]) for it in self.request.items]
 
@@ -211,6 +216,14 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
             request.job_id,
         )
         return
-    runtime.metrics.queue_wait(time.time() - request.enqueued_at)
+    lane = _lane(self)
+    runtime.metrics.queue_wait(time.time() - request.enqueued_at, lane=lane)
     with runtime.metrics.busy():
-        BatchRun(runtime, request, self, items_digest=digest).run()
+        BatchRun(runtime, request, self, lane=lane, items_digest=digest).run()
+
+
+def _lane(task: Task[Any, Any]) -> str:
+    """The lane of the queue this delivery came from (kombu's routing key is the
+    queue's name); work from a queue of no lane counts as interactive."""
+    info = task.request.delivery_info or {}
+    return lane_of_queue(str(info.get("routing_key", ""))) or INTERACTIVE

@@ -71,14 +71,26 @@ def test_cli_status_shows_queue_depth_and_live_workers(
     # Given no worker consuming
     before = _status(redis_server)
     assert before["workers"] == [], "a worker from another test is still running"
-    assert before["queue"] == "gradefleet"
+    assert [lane["queue"] for lane in before["lanes"]] == [
+        "gradefleet",
+        "gradefleet.bulk",
+    ]
     # When a job of 5 batches is submitted
     with GradingClient(redis_server, batch_size=2) as client:
         rollouts = [{"response": f"\\boxed{{{n}}}", "gold": str(n)} for n in range(10)]
         job = client.submit(rollouts, deadline_s=120)
-        # Then status counts them as ready
+        # Then status counts them as ready in the interactive lane (the client's
+        # default) and lists the job there
         queued = _status(redis_server)
         assert queued["ready"] == before["ready"] + 5
+        assert queued["lanes"][0]["ready"] == before["lanes"][0]["ready"] + 5
+        (listed,) = [j for j in queued["jobs"] if j["job_id"] == job.job_id]
+        assert (listed["lane"], listed["total"], listed["done"]) == (
+            "interactive",
+            10,
+            0,
+        )
+        assert listed["in_flight"] == 5
         # And once a worker runs, it is listed live and the queue drains
         port = free_port()
         env = {"GRADEFLEET_METRICS_PORT": str(port)}
@@ -91,6 +103,7 @@ def test_cli_status_shows_queue_depth_and_live_workers(
         what="queue drained in status",
     )
     assert len(drained["workers"]) == 1
+    assert job.job_id not in [j["job_id"] for j in drained["jobs"]]  # done: off
     assert drained["workers"][0]["batches_done"] >= 5
     assert drained["workers"][0]["concurrency"] == 1
     # And with the worker's metrics endpoint, rollouts by status are shown

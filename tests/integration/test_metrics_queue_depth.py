@@ -31,7 +31,9 @@ def test_metrics_queue_depth_ready_priority_and_unacked(redis_server, redis_clie
         registry = CollectorRegistry()
         registry.register(QueueDepthCollector(redis_client, [QUEUE]))
         sample = registry.get_sample_value
-        assert sample("gradefleet_queue_depth", {"queue": QUEUE, "state": "ready"}) == 4
+        lane = {"lane": ""}  # a queue of no lane
+        ready = {"queue": QUEUE, **lane, "state": "ready"}
+        assert sample("gradefleet_queue_depth", ready) == 4
         assert sample("gradefleet_broker_unacked") == 2
         assert sample("gradefleet_queue_depth_up") == 1.0
         # When both are acked, unacked drops to 0

@@ -220,8 +220,17 @@ def test_prometheus_e2e_rate_and_hostile_timeout(node, redis_server):
     assert (
         prom.scalar('sum(gradefleet_sandbox_restarts_total{reason="timeout"})') or 0
     ) >= 1
+    # The client's jobs are interactive: counted and timed in that lane
+    interactive = 'sum(gradefleet_lane_rollouts_total{lane="interactive"})'
+    wait_for(
+        lambda: (prom.scalar(interactive) or 0) >= len(rollouts),
+        what=f"{interactive} >= {len(rollouts)}",
+    )
+    assert prom.scalar('sum(gradefleet_lane_rollouts_total{lane="bulk"})') == 0
+    waits = 'sum(gradefleet_queue_wait_seconds_count{lane="interactive"})'
+    assert (prom.scalar(waits) or 0) >= 1
     # And the real server loaded every alert rule and accepts every dashboard query
-    assert prom.rule_count() == 10
+    assert prom.rule_count() == 11
     for expr in _dashboard_exprs():
         prom.query(expr.replace("$__rate_interval", "1m"))
 

@@ -70,6 +70,9 @@ def test_redis_acl_worker_and_producer_work_with_their_own_users(
     )
     assert status.exit_code == 0, status.output
     assert len(json.loads(status.stdout)["workers"]) == 1
+    # ...no command of theirs was refused (some are retried or best effort)
+    denied = [e for e in admin.acl_log() if e["username"] != "default"]
+    assert denied == []
     # ...and the producer's user may not poison the cache or touch kombu's hash
     producer = redis.Redis.from_url(producer_url, password="gradefleet-producer-pw")
     for write in (

@@ -6,8 +6,10 @@ import json
 
 from prometheus_client import CollectorRegistry
 
+from producer.board import JobEntry
 from producer.status import (
     FleetStatus,
+    LaneStatus,
     WorkerStatus,
     redact_url,
     totals_from_exposition,
@@ -46,9 +48,29 @@ def test_cli_status_reads_counters_from_worker_exposition() -> None:
 def test_cli_status_render_and_json() -> None:
     fleet = FleetStatus(
         broker="redis://h:6379/0",
-        queue="gradefleet",
-        ready=3,
-        unacked=1,
+        lanes=(
+            LaneStatus(lane="interactive", queue="gradefleet", ready=3),
+            LaneStatus(lane="bulk", queue="gradefleet.bulk", ready=40),
+        ),
+        unacked=2,
+        jobs=(
+            JobEntry(
+                job_id="b" * 32,
+                lane="bulk",
+                total=300_000,
+                done=30_000,
+                in_flight=64,
+                submitted_at=1.0,
+            ),
+            JobEntry(
+                job_id="a" * 32,
+                lane="interactive",
+                total=8_192,
+                done=2_048,
+                in_flight=24,
+                submitted_at=2.0,
+            ),
+        ),
         workers=(
             WorkerStatus(name="w1@h", concurrency=2, batches_done=40, uptime_s=9.0),
         ),
@@ -60,7 +82,15 @@ def test_cli_status_render_and_json() -> None:
         sandbox_restarts=1,
     )
     text = fleet.render()
-    assert "queue        gradefleet: 3 ready, 1 unacked" in text
+    assert "lanes        interactive  gradefleet: 3 ready" in text
+    assert "             bulk         gradefleet.bulk: 40 ready" in text
+    assert "             2 unacked (being graded, all lanes)" in text
+    assert "jobs         2 running" in text
+    # By lane, interactive first, with their progress
+    interactive = text.index("  interactive  aaaaaaaaaaaa  2,048/8,192 rollouts (25%)")
+    bulk = text.index("  bulk         bbbbbbbbbbbb  30,000/300,000 rollouts (10%)")
+    assert interactive < bulk
+    assert "64 batches in flight" in text
     assert "workers      1 live" in text
     assert "w1@h  2 processes, 40 batches done" in text
     assert "throughput   2.5 batches/s" in text
@@ -69,14 +99,20 @@ def test_cli_status_render_and_json() -> None:
     assert "cache        80.0% hits" in text
     data = json.loads(fleet.to_json())
     assert data["workers"][0]["name"] == "w1@h"
-    assert data["ready"] == 3
+    assert data["ready"] == 43
+    assert data["lanes"][1] == {
+        "lane": "bulk",
+        "queue": "gradefleet.bulk",
+        "ready": 40,
+    }
+    assert data["unacked"] == 2
+    assert [job["lane"] for job in data["jobs"]] == ["bulk", "interactive"]
 
 
 def test_cli_status_render_without_workers_or_metrics() -> None:
     fleet = FleetStatus(
         broker="redis://h:6379/0",
-        queue="gradefleet",
-        ready=0,
+        lanes=(LaneStatus(lane="interactive", queue="gradefleet", ready=0),),
         unacked=None,
         workers=(),
         batches_per_s=None,
@@ -84,7 +120,8 @@ def test_cli_status_render_without_workers_or_metrics() -> None:
         metrics_errors=("http://h:9808/metrics: refused",),
     )
     text = fleet.render()
-    assert "0 ready, ? unacked" in text
+    assert "gradefleet: 0 ready" in text
+    assert "? unacked" in text
     assert "workers      0 live" in text
     assert "throughput   n/a" in text
     assert "metrics      unreachable: http://h:9808/metrics: refused" in text

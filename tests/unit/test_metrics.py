@@ -97,8 +97,10 @@ def test_metrics_cache_sandbox_batch_queue(registry, metrics):
     metrics.sandbox_restarted("memory")
     metrics.sandbox_restarted("memory")
     metrics.batch_done(size=64, duration_s=0.4)
+    metrics.batch_done(size=512, duration_s=0.4, lane="bulk")
     metrics.queue_wait(1.5)
     metrics.queue_wait(-3.0)  # producer clock ahead: clamped, not negative
+    metrics.queue_wait(30.0, lane="bulk")
 
     def value(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, labels)
@@ -108,12 +110,15 @@ def test_metrics_cache_sandbox_batch_queue(registry, metrics):
     assert value("gradefleet_sandbox_restarts_total", reason="timeout") == 1.0
     assert value("gradefleet_sandbox_restarts_total", reason="memory") == 2.0
     assert value("gradefleet_sandbox_restarts_total", reason="crash") == 0.0
-    assert value("gradefleet_batch_duration_seconds_count") == 1.0
-    assert value("gradefleet_batch_duration_seconds_bucket", le="0.5") == 1.0
+    assert value("gradefleet_batch_duration_seconds_count") == 2.0
+    assert value("gradefleet_batch_duration_seconds_bucket", le="0.5") == 2.0
     assert value("gradefleet_batch_duration_seconds_bucket", le="0.25") == 0.0
-    assert value("gradefleet_batch_rollouts_sum") == 64.0
-    assert value("gradefleet_queue_wait_seconds_count") == 2.0
-    assert value("gradefleet_queue_wait_seconds_sum") == 1.5
+    assert value("gradefleet_batch_rollouts_sum") == 576.0
+    assert value("gradefleet_lane_rollouts_total", lane="interactive") == 64.0
+    assert value("gradefleet_lane_rollouts_total", lane="bulk") == 512.0
+    assert value("gradefleet_queue_wait_seconds_count", lane="interactive") == 2.0
+    assert value("gradefleet_queue_wait_seconds_sum", lane="interactive") == 1.5
+    assert value("gradefleet_queue_wait_seconds_sum", lane="bulk") == 30.0
 
 
 def test_metrics_unknown_restart_reason_is_bounded(registry, metrics):

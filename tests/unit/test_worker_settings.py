@@ -80,7 +80,12 @@ def test_worker_options_override_env():
     argv = worker_argv(settings)
     assert "--pool=prefork" in argv
     assert "--concurrency=4" in argv
-    assert f"--queues={QUEUE}" in argv
+    # Every lane, interactive (the original queue) first.
+    assert f"--queues={QUEUE},{QUEUE}.bulk" in argv
+    args = build_parser().parse_args(["--lanes", "interactive"])
+    assert "--queues=gradefleet" in worker_argv(settings_from_args(args, {}))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--lanes", "urgent"])
 
 
 def test_worker_app_is_json_only_late_ack_prefetch_one():

@@ -1,0 +1,444 @@
+"""Asynchronous batch graders behind the coalescer, chosen by URL.
+
+- no URL: `PoolBackend`, the embedded pool on this machine (`workers.local`);
+- `redis://`, `rediss://`: `FleetBackend`, a Celery fleet;
+- `http://`, `https://`: `HttpBackend`, a running `gradefleet serve`.
+
+Each grades one list of `(response, gold)` pairs per call and never blocks the event
+loop. Blocking libraries (kombu's publisher, the pool's pipes) run on ONE thread per
+backend, not a thread per call: the coalescer hands them whole batches. The fleet's
+results are awaited natively: one `redis.asyncio` BLPOP on the done lists of every
+job in flight wakes the backend as soon as any batch finishes.
+
+Nothing connects in a constructor (safe to build before a fork); a backend belongs to
+the event loop that first uses it (`producer.grading` keeps one per process and loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from producer.errors import ProducerError
+from producer.settings import redact_url
+from workers.models import GradeOptions, Verdict
+
+if TYPE_CHECKING:
+    import httpx
+    import redis.asyncio as aioredis
+
+    from producer.client import GradingClient
+    from producer.job import GradingJob
+    from workers.local import LocalPool
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "FleetBackend",
+    "HttpBackend",
+    "PoolBackend",
+    "open_backend",
+]
+
+T = TypeVar("T")
+
+# A fleet job not finished after this long is given up (its callers get `error`
+# verdicts); GradingJob re-sends lost batches long before.
+DEFAULT_FLEET_JOB_LIMIT_S = 3600.0
+# How long one BLPOP waits: bounds how late a failure (Celery stores it and pushes no
+# id) or a re-send check is seen.
+_WAKE_WAIT_S = 0.25
+_READY_CACHE_S = 2.0
+# An HTTP batch refused with 503 is retried after the server's Retry-After this often.
+_HTTP_RETRIES = 5
+_HTTP_GRADE_PATH = "/v1/grade"
+
+
+class BackendError(ProducerError):
+    """The grading backend failed for a whole batch (becomes `error` verdicts)."""
+
+
+class Backend(Protocol):
+    """What the coalescer and the service need from a backend."""
+
+    @property
+    def max_in_flight(self) -> int: ...
+
+    async def grade_batch(
+        self, pairs: list[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict]: ...
+
+    async def ready(self) -> tuple[bool, str]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _OneThread:
+    """A single worker thread for a backend's blocking calls."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """What `LocalPool.grade` reads from each rollout."""
+
+    response: str
+    gold: str
+
+
+class PoolBackend:
+    """The embedded pool (`workers.local.LocalPool`), one batch at a time.
+
+    The pool grades one call at a time over its processes, so the coalescer runs one
+    batch here at once and lets the next one grow meanwhile.
+    """
+
+    max_in_flight = 1
+
+    def __init__(
+        self,
+        *,
+        processes: int,
+        item_timeout_s: float = 5.0,
+        item_memory_mb: int = 1024,
+        cache_path: Path | None = None,
+        batch_size: int = 64,
+    ) -> None:
+        self._kwargs: dict[str, Any] = {
+            "processes": processes,
+            "item_timeout_s": item_timeout_s,
+            "item_memory_bytes": item_memory_mb * 1024 * 1024,
+            "cache_path": cache_path,
+            "batch_size": batch_size,
+        }
+        self._pool: LocalPool | None = None
+        self._thread = _OneThread("gradefleet-pool")
+
+    def _open(self) -> LocalPool:
+        if self._pool is None:
+            # Imported here: the pool pulls in the sandbox and the verifier (SymPy).
+            from workers.local import LocalPool
+
+            self._pool = LocalPool(**self._kwargs)
+        return self._pool
+
+    def _grade(
+        self, pairs: list[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict]:
+        return self._open().grade([_Item(r, g) for r, g in pairs], options)
+
+    async def start(self) -> None:
+        """Import the verifier now rather than on the first request."""
+        await self._thread.run(self._open)
+
+    async def grade_batch(
+        self, pairs: list[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict]:
+        return await self._thread.run(self._grade, pairs, options)
+
+    async def ready(self) -> tuple[bool, str]:
+        if self._pool is None:
+            return False, "embedded pool not started"
+        return True, f"embedded pool of {self._kwargs['processes']} processes"
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await self._thread.run(pool.close)
+        self._thread.shutdown()
+
+
+@dataclass(slots=True)
+class _FleetJob:
+    job: GradingJob
+    future: asyncio.Future[list[Verdict]]
+    started_at: float
+
+
+class FleetBackend:
+    """A Celery fleet: each batch is one `GradingClient` job.
+
+    Publishing and result bookkeeping (`GradingJob.poll`, which also re-sends lost
+    batches) run on the backend's thread; waiting is a `redis.asyncio` BLPOP on the
+    done lists of all jobs in flight, so a thousand waiting callers cost no threads.
+    """
+
+    max_in_flight = 64
+
+    def __init__(
+        self,
+        broker_url: str,
+        *,
+        item_timeout_s: float = 5.0,
+        job_limit_s: float = DEFAULT_FLEET_JOB_LIMIT_S,
+    ) -> None:
+        self.broker_url = broker_url
+        self._item_timeout_s = item_timeout_s
+        self._job_limit_s = job_limit_s
+        self._clients: dict[GradeOptions, GradingClient] = {}
+        self._thread = _OneThread("gradefleet-fleet")
+        self._jobs: dict[str, _FleetJob] = {}
+        self._wake: asyncio.Event | None = None
+        self._collector: asyncio.Task[None] | None = None
+        self._aredis: aioredis.Redis[bytes] | None = None
+        self._ready: tuple[float, tuple[bool, str]] | None = None
+
+    def _client(self, options: GradeOptions) -> GradingClient:
+        client = self._clients.get(options)
+        if client is None:
+            from producer.client import GradingClient
+
+            # One client per options value (the options travel per client); the
+            # set of values in use is tiny.
+            client = GradingClient(
+                self.broker_url, options=options, item_timeout_s=self._item_timeout_s
+            )
+            self._clients[options] = client
+        return client
+
+    def _submit(
+        self, pairs: list[tuple[str, str]], options: GradeOptions
+    ) -> GradingJob:
+        rollouts = [{"response": r, "gold": g} for r, g in pairs]
+        return self._client(options).submit(rollouts)
+
+    async def start(self) -> None:
+        """Connect now (ping the broker) rather than on the first request."""
+        await self._thread.run(self._client, GradeOptions())
+
+    async def grade_batch(
+        self, pairs: list[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict]:
+        job = await self._thread.run(self._submit, pairs, options)
+        future: asyncio.Future[list[Verdict]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._jobs[job.job_id] = _FleetJob(job, future, time.monotonic())
+        self._kick()
+        try:
+            return await future
+        finally:
+            self._jobs.pop(job.job_id, None)
+
+    def _kick(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        self._wake.set()
+        if self._collector is None or self._collector.done():
+            self._collector = asyncio.get_running_loop().create_task(self._collect())
+
+    def _poll(self, jobs: list[_FleetJob]) -> list[tuple[_FleetJob, Any]]:
+        """Runs on the backend thread: finished jobs with their verdicts or error."""
+        finished: list[tuple[_FleetJob, Any]] = []
+        now = time.monotonic()
+        for entry in jobs:
+            try:
+                progress = entry.job.poll()
+                if progress.done >= progress.total:
+                    finished.append((entry, entry.job.results()))
+                elif now - entry.started_at > self._job_limit_s:
+                    raise BackendError(f"fleet job not done in {self._job_limit_s:g} s")
+            except ProducerError as exc:
+                finished.append((entry, exc))
+        return finished
+
+    async def _collect(self) -> None:
+        """Wake on any job's done list, poll all jobs, resolve the finished ones."""
+        import redis.asyncio as aioredis
+
+        from workers.protocol import job_done_key
+
+        assert self._wake is not None
+        if self._aredis is None:
+            self._aredis = aioredis.Redis.from_url(self.broker_url)
+        while self._jobs:
+            self._wake.clear()
+            for entry, outcome in await self._thread.run(
+                self._poll, [*self._jobs.values()]
+            ):
+                if entry.future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    entry.future.set_exception(outcome)
+                else:
+                    entry.future.set_result(outcome)
+                self._jobs.pop(entry.job.job_id, None)
+            if not self._jobs:
+                return
+            keys = [job_done_key(job_id) for job_id in self._jobs]
+            await self._wait(self._aredis, keys)
+
+    async def _wait(self, client: aioredis.Redis[bytes], keys: list[str]) -> None:
+        """Until a done list gets an id, a new job arrives, or `_WAKE_WAIT_S`."""
+        assert self._wake is not None
+        pop = asyncio.ensure_future(client.blpop(keys, timeout=_WAKE_WAIT_S))
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({pop, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (pop, woken):
+                task.cancel()
+                # A cancelled BLPOP drops its connection (redis-py cannot tell
+                # whether the reply was read): it only costs a reconnect, and a
+                # popped id is only a wake-up, as the poll that follows reads all.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if pop.done() and not pop.cancelled() and pop.exception() is not None:
+            await asyncio.sleep(_WAKE_WAIT_S)  # Redis restarting: polls cover it
+
+    async def ready(self) -> tuple[bool, str]:
+        """Broker answers and at least one worker replies to a ping (cached 2 s)."""
+        now = time.monotonic()
+        if self._ready is not None and now - self._ready[0] < _READY_CACHE_S:
+            return self._ready[1]
+        result = await asyncio.to_thread(self._check_ready)
+        self._ready = (now, result)
+        return result
+
+    def _check_ready(self) -> tuple[bool, str]:
+        from producer.status import read_fleet_status
+
+        try:
+            fleet = read_fleet_status(self.broker_url, timeout_s=1.0, window_s=0.0)
+        except (ProducerError, OSError) as exc:
+            return False, f"broker {redact_url(self.broker_url)}: {exc}"
+        workers = len(fleet.workers)
+        if workers == 0:
+            return False, "no live worker answered"
+        return True, f"{workers} live workers"
+
+    async def aclose(self) -> None:
+        if self._collector is not None:
+            self._collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._collector
+        for entry in self._jobs.values():
+            if not entry.future.done():
+                entry.future.cancel()
+        if self._aredis is not None:
+            await self._aredis.aclose()  # type: ignore[attr-defined]
+        clients = list(self._clients.values())
+        self._clients.clear()
+        for client in clients:
+            await self._thread.run(client.close)
+        self._thread.shutdown()
+
+
+class HttpBackend:
+    """A running `gradefleet serve` (POST /v1/grade with httpx's async client)."""
+
+    max_in_flight = 64
+
+    def __init__(
+        self, url: str, *, token: str | None = None, request_timeout_s: float = 300.0
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout_s = request_timeout_s
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+            self._client = httpx.AsyncClient(
+                base_url=self.url,
+                headers=headers,
+                timeout=httpx.Timeout(self._timeout_s, connect=10.0),
+                limits=httpx.Limits(max_connections=self.max_in_flight * 2),
+            )
+        return self._client
+
+    async def grade_batch(
+        self, pairs: list[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict]:
+        import httpx
+
+        body = {
+            "items": [{"response": r, "gold": g} for r, g in pairs],
+            "options": options.to_dict(),
+        }
+        for _ in range(_HTTP_RETRIES):
+            try:
+                reply = await self._http().post(_HTTP_GRADE_PATH, json=body)
+            except httpx.HTTPError as exc:
+                raise BackendError(f"{redact_url(self.url)}: {exc}") from exc
+            if reply.status_code == 503:
+                await asyncio.sleep(_retry_after_s(reply.headers.get("Retry-After")))
+                continue
+            if reply.status_code != 200:
+                raise BackendError(
+                    f"{redact_url(self.url)} answered {reply.status_code}: "
+                    f"{reply.text[:300]}"
+                )
+            results = reply.json()["results"]
+            return [Verdict.from_dict(result) for result in results]
+        raise BackendError(f"{redact_url(self.url)} stayed overloaded (503)")
+
+    async def ready(self) -> tuple[bool, str]:
+        import httpx
+
+        try:
+            reply = await self._http().get("/readyz")
+        except httpx.HTTPError as exc:
+            return False, f"{redact_url(self.url)}: {exc}"
+        return reply.status_code == 200, reply.text[:300]
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+def _retry_after_s(value: str | None) -> float:
+    try:
+        return min(max(float(value or 1.0), 0.05), 30.0)
+    except ValueError:
+        return 1.0
+
+
+def open_backend(
+    url: str | None,
+    *,
+    token: str | None = None,
+    processes: int | None = None,
+    item_timeout_s: float = 5.0,
+    item_memory_mb: int = 1024,
+    cache_path: Path | None = None,
+) -> Backend:
+    """The backend for `url` (see the module docstring); connects lazily."""
+    if not url:
+        import os
+
+        return PoolBackend(
+            processes=processes or os.cpu_count() or 1,
+            item_timeout_s=item_timeout_s,
+            item_memory_mb=item_memory_mb,
+            cache_path=cache_path,
+        )
+    scheme = url.split(":", 1)[0].lower()
+    if scheme in ("redis", "rediss"):
+        return FleetBackend(url, item_timeout_s=item_timeout_s)
+    if scheme in ("http", "https"):
+        return HttpBackend(url, token=token)
+    raise ValueError(
+        f"unsupported grader URL {redact_url(url)!r}: use redis://, rediss://, "
+        "http:// or https:// (or none for the embedded pool)"
+    )

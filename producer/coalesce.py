@@ -1,0 +1,271 @@
+"""Merge concurrent small grading calls into batches and fan the verdicts back out.
+
+Reward hooks call the grader one sample at a time, concurrently (verl's reward loop,
+Inspect's scorers, OpenRLHF's per-sample requests); a batch costs the fleet about as
+much as one item, so per-sample calls are queued here per `GradeOptions` and flushed
+as one batch when `max_batch_items` are waiting or the oldest has waited
+`max_delay_s`. At most `max_in_flight` batches run at once; while all slots are busy
+the queue grows, so batches get bigger exactly when the backend is the bottleneck.
+
+Every item has its own future: a caller that is cancelled or whose deadline passes
+stops waiting for its own items only. Items whose caller is gone before their batch
+is flushed are dropped from it; nobody else waits longer or loses a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from producer.errors import ProducerError
+from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+
+__all__ = [
+    "DEFAULT_MAX_BATCH_ITEMS",
+    "DEFAULT_MAX_DELAY_S",
+    "BatchGradeFn",
+    "Coalescer",
+    "OverloadedError",
+    "failure_verdict",
+]
+
+# Defaults measured with tests/bench/bench_serve.py (2 workers, 2,000 concurrent
+# single-item calls): a few ms of wait fills batches of tens of items at that load
+# and costs a lone caller no more than the wait itself.
+DEFAULT_MAX_BATCH_ITEMS = 256
+DEFAULT_MAX_DELAY_S = 0.005
+DEFAULT_MAX_IN_FLIGHT = 64
+DEFAULT_MAX_BACKLOG_ITEMS = 200_000
+
+BatchGradeFn = Callable[[list[tuple[str, str]], GradeOptions], Awaitable[list[Verdict]]]
+
+
+class OverloadedError(ProducerError):
+    """More items are waiting than the coalescer accepts; retry after a pause."""
+
+    exit_code = 7
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def failure_verdict(status: Status, reason: str, grader_version: str = "") -> Verdict:
+    """A verdict for an item that was not graded (deadline, backend failure)."""
+    return Verdict(
+        correct=False,
+        status=status,
+        format_valid=False,
+        extracted=None,
+        extraction_method=ExtractionMethod.NONE,
+        reason=reason,
+        grader_version=grader_version,
+    )
+
+
+@dataclass(slots=True)
+class _Bucket:
+    """Items waiting for one options value, oldest first."""
+
+    items: list[tuple[tuple[str, str], asyncio.Future[Verdict]]] = field(
+        default_factory=list
+    )
+    first_at: float = 0.0
+    timer: asyncio.TimerHandle | None = None
+
+
+class Coalescer:
+    """Batches concurrent `grade()` calls onto `grade_batch` (one event loop).
+
+    Args:
+        grade_batch: grades a list of `(response, gold)` pairs; verdicts in order.
+        max_batch_items: flush as soon as this many items wait (and the biggest batch).
+        max_delay_s: flush once the oldest waiting item has waited this long.
+        max_in_flight: batches running at once (1 for a backend that grades one
+            batch at a time, such as the embedded pool).
+        max_backlog_items: waiting plus running items above which `grade()` raises
+            OverloadedError instead of queueing more (backpressure).
+    """
+
+    def __init__(
+        self,
+        grade_batch: BatchGradeFn,
+        *,
+        max_batch_items: int = DEFAULT_MAX_BATCH_ITEMS,
+        max_delay_s: float = DEFAULT_MAX_DELAY_S,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_backlog_items: int = DEFAULT_MAX_BACKLOG_ITEMS,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        if min(max_batch_items, max_in_flight, max_backlog_items) < 1:
+            raise ValueError("batch size, in-flight and backlog limits must be >= 1")
+        self._grade_batch = grade_batch
+        self.max_batch_items = max_batch_items
+        self.max_delay_s = max_delay_s
+        self.max_in_flight = max_in_flight
+        self.max_backlog_items = max_backlog_items
+        self.on_batch = on_batch
+        self._buckets: dict[GradeOptions, _Bucket] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._backlog = 0
+        self._closed = False
+        self.grader_version = ""
+        # Batch size -> batches flushed at that size (bounded: sizes <= max items).
+        self.batch_sizes: Counter[int] = Counter()
+
+    @property
+    def backlog_items(self) -> int:
+        """Items accepted and not yet graded (waiting or in a running batch)."""
+        return self._backlog
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def grade(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        options: GradeOptions,
+        *,
+        deadline_s: float | None = None,
+    ) -> list[Verdict]:
+        """Verdicts for `pairs` in order; items unfinished after `deadline_s` come
+        back as `timeout` verdicts (never an exception, never a hang).
+
+        Raises:
+            OverloadedError: the backlog is full (nothing was queued).
+        """
+        if self._closed:
+            raise ProducerError("the grader is closed")
+        if not pairs:
+            return []
+        if self._backlog + len(pairs) > self.max_backlog_items:
+            raise OverloadedError(
+                f"{self._backlog} rollouts are waiting to be graded "
+                f"(limit {self.max_backlog_items})",
+                retry_after_s=1.0,
+            )
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Verdict]] = [loop.create_future() for _ in pairs]
+        bucket = self._buckets.get(options)
+        if bucket is None:
+            bucket = self._buckets[options] = _Bucket()
+        if not bucket.items:
+            bucket.first_at = time.monotonic()
+        bucket.items.extend(zip(pairs, futures, strict=True))
+        self._backlog += len(pairs)
+        self._pump()
+        try:
+            await asyncio.wait(futures, timeout=deadline_s)
+        finally:
+            for future in futures:
+                future.cancel()  # no-op once done; frees our items otherwise
+        return [self._outcome(future, deadline_s) for future in futures]
+
+    def _outcome(
+        self, future: asyncio.Future[Verdict], deadline_s: float | None
+    ) -> Verdict:
+        if not future.cancelled():
+            return future.result()
+        reason = (
+            "the grader closed before this item was graded"
+            if deadline_s is None
+            else f"not graded within the request's deadline of {deadline_s:g} s"
+        )
+        return failure_verdict(Status.TIMEOUT, reason, self.grader_version)
+
+    def _pump(self) -> None:
+        """Flush every bucket that is full or due, as far as free slots allow."""
+        now = time.monotonic()
+        for options, bucket in self._buckets.items():
+            while bucket.items and len(self._tasks) < self.max_in_flight:
+                full = len(bucket.items) >= self.max_batch_items
+                if not (full or now - bucket.first_at >= self.max_delay_s):
+                    break
+                self._flush(options, bucket, now)
+            self._arm_timer(bucket, now)
+
+    def _arm_timer(self, bucket: _Bucket, now: float) -> None:
+        if bucket.timer is not None or not bucket.items:
+            return
+        if len(self._tasks) >= self.max_in_flight:
+            return  # the next finished batch pumps again
+        delay_s = max(0.0, bucket.first_at + self.max_delay_s - now)
+        bucket.timer = asyncio.get_running_loop().call_later(
+            delay_s, self._on_timer, bucket
+        )
+
+    def _on_timer(self, bucket: _Bucket) -> None:
+        bucket.timer = None
+        self._pump()
+
+    def _flush(self, options: GradeOptions, bucket: _Bucket, now: float) -> None:
+        taken = bucket.items[: self.max_batch_items]
+        del bucket.items[: self.max_batch_items]
+        bucket.first_at = now
+        if bucket.timer is not None:
+            bucket.timer.cancel()
+            bucket.timer = None
+        live = [(pair, future) for pair, future in taken if not future.done()]
+        self._backlog -= len(taken) - len(live)
+        if not live:
+            return
+        self.batch_sizes[len(live)] += 1
+        if self.on_batch is not None:
+            self.on_batch(len(live))
+        task = asyncio.get_running_loop().create_task(self._run(options, live))
+        self._tasks.add(task)
+        task.add_done_callback(self._batch_done)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not self._closed:
+            self._pump()
+
+    async def _run(
+        self,
+        options: GradeOptions,
+        live: list[tuple[tuple[str, str], asyncio.Future[Verdict]]],
+    ) -> None:
+        try:
+            verdicts = await self._grade_batch([pair for pair, _ in live], options)
+            if len(verdicts) != len(live):  # a backend bug must not look like success
+                raise ProducerError(
+                    f"backend returned {len(verdicts)} verdicts for {len(live)} items"
+                )
+        except asyncio.CancelledError:
+            for _, future in live:
+                future.cancel()  # the coalescer is closing: callers see `timeout`
+            raise
+        except Exception as exc:  # any backend failure becomes per-item verdicts
+            reason = f"grading backend failed: {type(exc).__name__}: {exc}"
+            verdicts = [
+                failure_verdict(Status.ERROR, reason, self.grader_version)
+            ] * len(live)
+        finally:
+            self._backlog -= len(live)
+        for (_, future), verdict in zip(live, verdicts, strict=True):
+            if verdict.grader_version:
+                self.grader_version = verdict.grader_version
+            if not future.done():
+                future.set_result(verdict)
+
+    async def aclose(self) -> None:
+        """Stop: running batches are cancelled, their callers get `timeout`."""
+        self._closed = True
+        for bucket in self._buckets.values():
+            if bucket.timer is not None:
+                bucket.timer.cancel()
+            for _, future in bucket.items:
+                future.cancel()
+            bucket.items.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

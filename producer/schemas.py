@@ -1,0 +1,165 @@
+"""Request and response bodies of `gradefleet serve` (pydantic models).
+
+Validation errors name the item index and the field (pydantic's `loc`, e.g.
+`["body", "items", 3]` with "no gold field (one of gold, ground_truth, ...)"). New
+request fields (a priority lane, ...) are added as optional fields with defaults, so
+old clients keep working; unknown top-level fields are refused so a typo is not
+silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from producer.batching import GOLD_FIELDS, RESPONSE_FIELDS, InputRow, _row
+from workers.models import GradeOptions
+
+__all__ = [
+    "GradeRequest",
+    "GradeResponse",
+    "GradeResult",
+    "NemoGymVerifyRequest",
+    "OpenRLHFRequest",
+    "OpenRLHFResponse",
+    "OptionsIn",
+    "RolloutIn",
+]
+
+
+class OptionsIn(BaseModel):
+    """Verdict-changing options (`GradeOptions`); omitted fields keep defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow_fallback: bool = True
+    rel_tol: float = Field(default=1e-6, ge=0.0, le=1.0, allow_inf_nan=False)
+
+    def to_options(self) -> GradeOptions:
+        return GradeOptions(allow_fallback=self.allow_fallback, rel_tol=self.rel_tol)
+
+
+class RolloutIn(BaseModel):
+    """One rollout: a response and a gold, under any field name the CLI accepts.
+
+    The response is the first of `response`, `completion`, `output`, `solution_str`
+    present and not null; the gold the first of `gold`, `ground_truth`, `answer`,
+    `solution`, `expected_answer`, `reward_model.ground_truth`. Other fields are
+    allowed and ignored (send whole rollout rows).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    response: str | None = None
+    completion: str | None = None
+    output: str | None = None
+    solution_str: str | None = None
+    gold: str | int | float | None = None
+    ground_truth: str | int | float | None = None
+    answer: str | int | float | None = None
+    solution: str | int | float | None = None
+    expected_answer: str | int | float | None = None
+    reward_model: dict[str, Any] | None = None
+
+    _row: InputRow = PrivateAttr()
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _pick_fields(cls, data: Any, handler: Any) -> RolloutIn:
+        # The CLI's own rules (aliases, types, length limit), so both accept the
+        # same rollouts and say the same thing about the others.
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        row = _row(data, 0)
+        if not isinstance(row, InputRow):
+            raise ValueError(row.reason)
+        model: RolloutIn = handler(data)
+        model._row = row
+        return model
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return self._row.response, self._row.gold
+
+
+assert set(RESPONSE_FIELDS) | {f.split(".")[0] for f in GOLD_FIELDS} <= set(
+    RolloutIn.model_fields
+)
+
+
+class GradeRequest(BaseModel):
+    """`POST /v1/grade`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[RolloutIn] = Field(max_length=100_000)
+    options: OptionsIn = Field(default_factory=OptionsIn)
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="Unfinished items come back as `timeout` after this long "
+        "(the `X-Gradefleet-Deadline-S` header works too; the smaller wins).",
+    )
+
+
+class GradeResult(BaseModel):
+    """One verdict (the fields the CLI writes, and more) plus its reward."""
+
+    correct: bool
+    status: str
+    format_valid: bool
+    extracted: str | None
+    extraction_method: str
+    canonical_pred: str | None
+    canonical_gold: str | None
+    verify_method: str
+    reason: str
+    grader_version: str
+    cached: bool
+    score: float
+
+
+class GradeResponse(BaseModel):
+    results: list[GradeResult]
+    grader_version: str
+
+
+class OpenRLHFRequest(BaseModel):
+    """OpenRLHF's remote reward request (`--reward.remote_url`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    query: list[str] = Field(max_length=100_000)
+    prompts: list[str] | None = None
+    labels: list[str | int | float | None] | None = None
+
+    @model_validator(mode="after")
+    def _aligned(self) -> OpenRLHFRequest:
+        for name in ("prompts", "labels"):
+            value = getattr(self, name)
+            if value is not None and len(value) != len(self.query):
+                raise ValueError(
+                    f"{name} has {len(value)} entries, query has {len(self.query)}"
+                )
+        if self.labels is None:
+            raise ValueError("labels (the gold answers) are required")
+        return self
+
+
+class OpenRLHFResponse(BaseModel):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[Any]]
+
+
+class NemoGymVerifyRequest(BaseModel):
+    """NeMo Gym's resources-server verify request for math (extra fields echoed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    response: dict[str, Any]
+    expected_answer: str | int | float
+    question: str | None = None

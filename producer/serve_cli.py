@@ -1,0 +1,212 @@
+"""`gradefleet serve`: options, safety checks, then uvicorn (imported only here)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+import click
+
+from producer.settings import default_cache_dir, redact_url
+
+__all__ = ["is_loopback", "serve"]
+
+TOKEN_ENV = "GRADEFLEET_SERVE_TOKEN"
+log = logging.getLogger("gradefleet.serve")
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address `host` names is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback
+        for info in infos
+    )
+
+
+@click.command()
+@click.option(
+    "--broker",
+    envvar="GRADEFLEET_BROKER_URL",
+    show_envvar=True,
+    metavar="URL",
+    help="Redis URL of a fleet. Unset: grade in an embedded pool on this machine.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Bind address.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option(
+    "--token",
+    envvar=TOKEN_ENV,
+    show_envvar=True,
+    help="Require `Authorization: Bearer TOKEN` on every route but /healthz and "
+    "/readyz (prefer the env var: a flag shows in `ps`).",
+)
+@click.option(
+    "--allow-unauthenticated",
+    is_flag=True,
+    help="Allow binding a non-loopback address without a token.",
+)
+@click.option(
+    "--deadline-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Longest a request waits; its unfinished items come back as `timeout`.",
+)
+@click.option(
+    "--max-body-mb",
+    type=click.FloatRange(min=0.001),
+    default=64.0,
+    show_default=True,
+    help="Larger request bodies get 413.",
+)
+@click.option(
+    "--max-backlog",
+    type=click.IntRange(min=1),
+    default=200_000,
+    show_default=True,
+    help="Rollouts waiting or being graded above which requests get 503.",
+)
+@click.option(
+    "--coalesce-max-items",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Largest batch sent to the backend.",
+)
+@click.option(
+    "--coalesce-delay-ms",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="How long a lone request waits for others to share its batch.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    envvar="GRADEFLEET_PROCESSES",
+    help="Embedded mode: grading processes [default: CPU count].",
+)
+@click.option(
+    "--item-timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    envvar="GRADEFLEET_ITEM_TIMEOUT_S",
+    show_default=True,
+    help="Wall-clock limit per rollout (embedded mode; the fleet's own elsewhere).",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="GRADEFLEET_CACHE_DIR",
+    help="Embedded mode: result cache directory [default: $XDG_CACHE_HOME/gradefleet].",
+)
+@click.option("--no-cache", is_flag=True, help="Embedded mode: no result cache.")
+def serve(
+    broker: str | None,
+    host: str,
+    port: int,
+    token: str | None,
+    allow_unauthenticated: bool,
+    deadline_s: float,
+    max_body_mb: float,
+    max_backlog: int,
+    coalesce_max_items: int,
+    coalesce_delay_ms: float,
+    processes: int | None,
+    item_timeout_s: float,
+    cache_dir: Path | None,
+    no_cache: bool,
+) -> None:
+    """Serve grading over HTTP (POST /v1/grade; OpenAPI page at /docs).
+
+    SIGTERM or Ctrl-C stops taking requests, answers those in flight, then exits 0.
+    """
+    if not token and not allow_unauthenticated and not is_loopback(host):
+        raise click.UsageError(
+            f"refusing to bind {host} without a token: set {TOKEN_ENV} (or --token),"
+            " or pass --allow-unauthenticated"
+        )
+    # Imported here: `gradefleet --help` and `grade` must not pay for the server.
+    import uvicorn
+
+    from producer.adapters.reward import RewardConfig
+    from producer.grading import CoalescingGrader
+    from producer.service import ServiceMetrics, create_app
+
+    cache_path = None
+    if broker is None and not no_cache:
+        directory = cache_dir or default_cache_dir(os.environ)
+        directory.mkdir(parents=True, exist_ok=True)
+        cache_path = directory / "cache.sqlite3"
+    grader = CoalescingGrader(
+        broker or None,
+        max_batch_items=coalesce_max_items,
+        max_delay_s=coalesce_delay_ms / 1000,
+        max_backlog_items=max_backlog,
+        **(
+            {"item_timeout_s": item_timeout_s}
+            if broker
+            else {
+                "processes": processes,
+                "item_timeout_s": item_timeout_s,
+                "cache_path": cache_path,
+            }
+        ),
+    )
+    metrics = ServiceMetrics()
+    collectors: tuple[object, ...] = ()
+    if broker:
+        import redis
+
+        from workers.contract import QUEUE
+        from workers.metrics import QueueDepthCollector
+
+        queue_redis = redis.Redis.from_url(broker, socket_timeout=1.0)
+        collectors = (QueueDepthCollector(queue_redis, [QUEUE]),)
+    app = create_app(
+        grader,
+        token=token or None,
+        reward=RewardConfig.from_env(),
+        metrics=metrics,
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        default_deadline_s=deadline_s,
+        extra_collectors=collectors,
+    )
+    where = redact_url(broker) if broker else "embedded pool"
+    click.echo(
+        f"gradefleet serve: http://{host}:{port} grading on {where}"
+        f"{' (token required)' if token else ''}",
+        err=True,
+    )
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        # The access log shows method, path and status; never headers (the token).
+        access_log=True,
+        timeout_graceful_shutdown=None,
+        lifespan="on",
+    )
+    # uvicorn drains on SIGTERM, restores the previous handler and raises the signal
+    # again; with this handler that last step exits 0 (a drained stop is a success).
+    signal.signal(signal.SIGTERM, _exit_ok)
+    uvicorn.Server(config).run()
+
+
+def _exit_ok(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)

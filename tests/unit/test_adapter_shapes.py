@@ -1,0 +1,95 @@
+"""Pure parts of the adapters: reward mapping, result keys, protocol text rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from producer.adapters.reward import RESULT_KEYS, RewardConfig, result_dict
+from producer.adapters.trl import completion_text
+from producer.compat import nemo_gym_text, strip_query
+from workers.models import ExtractionMethod, Status, Verdict
+
+
+def _verdict(status: Status, *, format_valid: bool = True) -> Verdict:
+    return Verdict(
+        correct=status is Status.CORRECT,
+        status=status,
+        format_valid=format_valid,
+        extracted="4" if status is not Status.NO_ANSWER else None,
+        extraction_method=ExtractionMethod.BOXED,
+        grader_version="v",
+    )
+
+
+def test_default_reward_is_one_for_correct_only() -> None:
+    reward = RewardConfig()
+    assert reward.score(_verdict(Status.CORRECT)) == 1.0
+    for status in Status:
+        if status is not Status.CORRECT:
+            assert reward.score(_verdict(status)) == 0.0
+
+
+def test_reward_overrides_and_format_bonus() -> None:
+    reward = RewardConfig().updated({"wrong_score": -1, "format_reward": 0.1, "x": 5})
+    assert reward.score(_verdict(Status.WRONG)) == -0.9
+    assert reward.score(_verdict(Status.CORRECT, format_valid=False)) == 1.0
+    env = {"GRADEFLEET_FORMAT_REWARD": "0.2", "GRADEFLEET_TIMEOUT_SCORE": "-0.5"}
+    from_env = RewardConfig.from_env(env)
+    assert from_env.score(_verdict(Status.TIMEOUT, format_valid=False)) == -0.5
+
+
+def test_result_keys_are_fixed_whatever_the_verdict() -> None:
+    for status in Status:
+        result = result_dict(_verdict(status), RewardConfig())
+        assert tuple(result) == RESULT_KEYS
+        assert isinstance(result["pred"], str)
+
+
+def test_openrlhf_query_loses_prompt_and_trailing_tokens() -> None:
+    prompt = "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+    query = prompt + "so \\boxed{4}<|im_end|>\n<|endoftext|><|endoftext|>  "
+    assert strip_query(query, prompt) == r"so \boxed{4}"
+    assert strip_query("A </s><pad><pad>", None) == "A"
+    assert strip_query("<｜end▁of▁sentence｜>", None) == ""
+    assert strip_query("x < y and |z| > 1", None) == "x < y and |z| > 1"
+    # Long whitespace runs cost linear time (the tail is searched, not the text).
+    assert strip_query(" " * 500_000 + "x", None) == " " * 500_000 + "x"
+
+
+def test_nemo_gym_text_joins_output_text_of_messages_only() -> None:
+    response = {
+        "output": [
+            {"type": "reasoning", "content": [{"type": "output_text", "text": "no"}]},
+            {"type": "message", "content": [{"type": "output_text", "text": "a"}]},
+            {"type": "message", "content": [{"type": "refusal", "refusal": "no"}]},
+            {"type": "message", "content": [{"type": "output_text", "text": "b"}]},
+        ]
+    }
+    assert nemo_gym_text(response) == "ab"
+    assert nemo_gym_text({}) == ""
+
+
+def test_trl_completion_text() -> None:
+    assert completion_text("plain") == "plain"
+    chat = [{"role": "assistant", "content": "a"}, {"role": "tool", "content": "x"}]
+    assert completion_text(chat) == "a"
+    assert completion_text(None) == ""
+
+
+def test_adapters_import_no_framework_and_no_sympy() -> None:
+    code = (
+        "import json, sys\n"
+        "import producer.adapters.verl, producer.adapters.trl\n"
+        "import producer.adapters.openrlhf, producer.adapters.nemo_gym\n"
+        "import producer.grading, producer.coalesce, producer.backends\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    loaded = {m.split(".")[0] for m in json.loads(done.stdout)}
+    forbidden = {"sympy", "verl", "trl", "openrlhf", "inspect_ai", "nemo_gym"}
+    assert not forbidden & loaded
+    assert not {"torch", "fastapi", "uvicorn", "celery"} & loaded
