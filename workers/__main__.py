@@ -8,6 +8,7 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from workers.settings import WorkerSettings
 from workers.urls import connect_url, read_secret
@@ -136,10 +137,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     _setup_metrics(settings)
+    from celery.signals import worker_init
+
     from workers.app import create_app
 
     app = create_app(settings)
+    workers: list[Any] = []
+
+    def remember(sender: Any = None, **_: Any) -> None:
+        workers.append(sender)
+
+    # `worker_main` drops the worker's exit code (Celery's `app.start` returns it
+    # only from its error path): an "Unrecoverable error" (the broker refusing a
+    # write at maxmemory, a READONLY replica, a missing ACL permission) ended the
+    # process with status 0, and a supervisor restarting on failure left it dead.
+    worker_init.connect(remember, weak=False)
     app.worker_main(worker_argv(settings))
+    code = next((w.exitcode for w in workers if w is not None), None)
+    if isinstance(code, int) and code != 0:
+        print(
+            f"gradefleet worker: stopped by an unrecoverable error (see the CRITICAL "
+            f"line above; often the broker refusing a command): exit status {code}",
+            file=sys.stderr,
+        )
+        return code
     return 0
 
 

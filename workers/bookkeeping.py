@@ -154,8 +154,8 @@ class BatchProgress:
 
     def finish(self, result_json: str | None = None) -> None:
         """This delivery ended cleanly: store the result (JSON text) as SUCCESS (with
-        a slot), drop the saved verdicts (the result holds them all) and stop counting
-        it towards poisoning, in one round trip."""
+        a slot), drop the saved verdicts (the result holds them all) and the delivery
+        counter, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         other = pipe
         if self._slot is not None and result_json is not None:
@@ -166,9 +166,9 @@ class BatchProgress:
             # always finds the result.
             other.rpush(self._slot.done_key, self._slot.task_id)
             other.expire(self._slot.done_key, self._slot.ttl_s)
-        pipe.decr(self._attempts)
-        pipe.expire(self._attempts, self._ttl_s)
-        pipe.delete(self._partial)
+        # Both go: a later copy of this batch finds the result and is not graded
+        # (`tasks._stale_delivery`), so no per-batch key outlives the batch.
+        pipe.delete(self._attempts, self._partial)
         if other is not pipe:
             other.execute()  # the result first: a lost DECR only ages out
         pipe.execute()

@@ -26,6 +26,7 @@ __all__ = [
     "KEY_PREFIX",
     "RUNNING_STATES",
     "SCHEMA_VERSION",
+    "SUCCESS_META_HEAD",
     "TASK_META_PREFIX",
     "UNACKED_KEY",
     "TaskMeta",
@@ -242,6 +243,11 @@ def results_from_wire(data: object) -> list[tuple[int, Verdict]]:
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidRequestError(f"malformed result item: {exc!r}") from exc
     return pairs
+
+
+# How a SUCCESS written by `task_meta` begins: a worker reads this many bytes to
+# learn that a batch is finished without reading its result.
+SUCCESS_META_HEAD = '{"status": "SUCCESS"'
 
 
 def task_meta(status: str, result_json_text: str, task_id: str) -> str:
