@@ -34,10 +34,15 @@ class OptionsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allow_fallback: bool = True
+    approximate: bool = False
     rel_tol: float = Field(default=1e-6, ge=0.0, le=1.0, allow_inf_nan=False)
 
     def to_options(self) -> GradeOptions:
-        return GradeOptions(allow_fallback=self.allow_fallback, rel_tol=self.rel_tol)
+        return GradeOptions(
+            allow_fallback=self.allow_fallback,
+            approximate=self.approximate,
+            rel_tol=self.rel_tol,
+        )
 
 
 class RolloutIn(BaseModel):

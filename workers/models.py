@@ -102,11 +102,16 @@ class GradeOptions:
         allow_fallback: let answers found without an explicit final-answer marker
             (a "the result is 4" phrase, the last number) count as correct.
             `format_valid` is false for them either way.
-        rel_tol: relative tolerance used only when the *prediction* is a rounded
-            decimal compared against an exact gold (see the verifier's policy).
+        approximate: credit a rounded decimal for an exact value with no finite
+            decimal expansion (``3.14`` for pi, ``0.33`` for 1/3) and a prediction
+            within `rel_tol` of the gold. Off by default: an exact gold then needs
+            an exactly equal answer (float noise like ``2.0000000000000004`` aside).
+        rel_tol: relative tolerance used only with `approximate`, when the
+            *prediction* is a rounded decimal compared against an exact gold.
     """
 
     allow_fallback: bool = True
+    approximate: bool = False
     rel_tol: float = 1e-6
 
     def to_dict(self) -> dict[str, Any]:

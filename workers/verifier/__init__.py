@@ -2,10 +2,28 @@
 
 SymPy is imported lazily, only for answers that exact rational arithmetic and structure
 cannot decide; integers, decimals and fractions never touch it.
+
+Pipeline: `extract` (find the answer span) -> `pipeline` (bounds, `normalize`,
+`tokens`, `parse`; prose through `sentences`) -> `decide` -> `compare` (with
+`relations`, `structures`, `rounding`, `values`, `symbolic`).
+
+Adding an answer type (a new `Node` kind):
+1. Add the kind to `nodes.NodeKind` (mypy then checks every `Node(...)` and every
+   `node.kind == ...`; `test_node_kinds` checks the sets compared against `.kind`).
+2. Tokens and grammar: whitelist its commands in `tokens.py`, build it in
+   `parse_atoms.py` (an atom) or `parse.py` (an operator level), with its bounds.
+3. Canonical form: `nodes.render` must stay injective (a distinct head or text).
+4. Value and comparison: exact value in `values.exact_value` (or None), SymPy form in
+   `symbolic.to_sympy` if it can reach SymPy, and its place in `compare._Comparer.node`
+   (structure, relation, scalar) with its policy written in that module's docstring.
+5. Tests: equivalent and non-equivalent forms (`test_compare.py`), near misses in the
+   red-team table, hostile inputs (`test_hostile.py`), and bump
+   `version.VERIFIER_REVISION` (verdicts change, cached results must not be reused).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -192,7 +210,21 @@ def grade(response: str, gold: str, *, options: GradeOptions | None = None) -> V
         >>> (v.correct, v.status.value, v.verify_method.value, v.format_valid)
         (True, 'correct', 'numeric', True)
     """
-    return decide(prepare(response, gold, options=options), options=options)
+    verdict = decide(prepare(response, gold, options=options), options=options)
+    return _identical_never_wrong(verdict, response, gold)
+
+
+def _identical_never_wrong(verdict: Verdict, answer: str, gold: str) -> Verdict:
+    """The same text, read once as an answer (markers, fallbacks) and once as a gold
+    (its own extraction), can give two answers: identical text is then a refusal,
+    never `wrong`."""
+    if verdict.status is not Status.WRONG or answer.strip() != gold.strip():
+        return verdict
+    return dataclasses.replace(
+        verdict,
+        status=Status.UNSUPPORTED,
+        reason=f"identical text read as two answers ({verdict.reason})",
+    )
 
 
 def grade_answer(
@@ -215,4 +247,4 @@ def grade_answer(
         prepared = _prepared(text or None, method, bool(text), reason, gold)
     except Exception as exc:  # a grader bug becomes an `error` verdict, never a crash
         prepared = _broken(exc)
-    return decide(prepared, options=options)
+    return _identical_never_wrong(decide(prepared, options=options), answer, gold)

@@ -9,7 +9,8 @@ Policies:
     ``%`` matches the other side under either reading, so ``25%`` matches gold ``25``,
     ``0.25`` and ``1/4``, and ``25`` or ``0.25`` match gold ``25%``. Without a ``%``
     on either side, ``25`` and ``0.25`` are different numbers.
-    Rounded decimals: see `workers.verifier.rounding`.
+    Rounded decimals: strict by default (float noise aside); rounding tolerance only
+    with ``approximate``. See `workers.verifier.rounding`.
     Labels: ``x = 5`` answers gold ``5`` (and gold ``x = 5`` accepts ``5``) only when
     the left side names a quantity; ``3 = 3`` is a relation and matches no value.
     Assignments repeating their labels in one order (``p=5,q=2;p=7,q=2``) answer
@@ -35,7 +36,7 @@ from fractions import Fraction
 from workers.models import VerifyMethod
 from workers.verifier.nodes import Node, Refused, num, render
 from workers.verifier.outcome import Outcome
-from workers.verifier.rounding import rounded_match
+from workers.verifier.rounding import float_noise_match, rounded_match
 from workers.verifier.structures import (
     MAX_PARTS,
     as_interval,
@@ -61,6 +62,7 @@ def compare(
     gold: Node,
     *,
     rel_tol: float,
+    approximate: bool = False,
     keys: tuple[str, str] | None = None,
 ) -> Outcome:
     """Decide whether `pred` answers `gold`.
@@ -68,7 +70,9 @@ def compare(
     Args:
         pred: the predicted answer tree.
         gold: the gold answer tree.
-        rel_tol: relative tolerance for a rounded decimal against an exact value.
+        rel_tol: relative tolerance for a rounded decimal against an exact value
+            (used only with `approximate`).
+        approximate: apply the rounded-decimal policy (off: exact values only).
         keys: the canonical renderings of (pred, gold) when already known.
 
     Returns:
@@ -80,15 +84,16 @@ def compare(
     same = keys[0] == keys[1] if keys is not None else render(pred) == render(gold)
     if same:
         return Outcome(True, VerifyMethod.EXACT, "identical canonical form")
-    comparer = _Comparer(rel_tol)
+    comparer = _Comparer(rel_tol, approximate=approximate)
     if _is_plain_number(pred) and _is_plain_number(gold):
         return comparer.scalar(pred, gold)
     return comparer.run(pred, gold)
 
 
 class _Comparer:
-    def __init__(self, rel_tol: float) -> None:
+    def __init__(self, rel_tol: float, *, approximate: bool) -> None:
         self.rel_tol = rel_tol
+        self.approximate = approximate
 
     def run(self, pred: Node, gold: Node) -> Outcome:
         pred, gold = _unwrap_membership(pred), _unwrap_membership(gold)
@@ -214,13 +219,34 @@ class _Comparer:
 
     # -- relations --------------------------------------------------------------
     def relation(self, pred: Node, gold: Node) -> Outcome:
-        from workers.verifier.relations import compare_relations
+        from workers.verifier.relations import (
+            closed_chain_answers,
+            compare_relations,
+        )
 
         if pred.kind != "rel" or gold.kind != "rel":
             if _is_interval_like(pred) or _is_interval_like(gold):
                 return self.intervals(pred, gold)
+            answers = closed_chain_answers(pred) if pred.kind == "rel" else None
+            if isinstance(answers, str):
+                return Outcome(False, VerifyMethod.STRUCTURAL, answers)
+            if answers is not None:
+                return self.chain_answer(answers, gold)
             return Outcome(False, VerifyMethod.STRUCTURAL, "relation against value")
         return compare_relations(pred, gold, self.any_form)
+
+    def chain_answer(self, answers: tuple[Node, ...], gold: Node) -> Outcome:
+        """A true closed chain: correct when one of its asserted answers is."""
+        undecided = False
+        for answer in answers:
+            out = self.any_form(answer, gold)
+            if out.same:
+                return Outcome(
+                    True, out.method, "a side asserted by a true closed chain"
+                )
+            undecided = undecided or out.same is None
+        reason = "" if undecided else "final side of the chain differs"
+        return Outcome(None if undecided else False, VerifyMethod.STRUCTURAL, reason)
 
     # -- scalars ----------------------------------------------------------------
     def scalar(self, pred: Node, gold: Node) -> Outcome:
@@ -241,6 +267,10 @@ class _Comparer:
     def rounded(
         self, pred: Node, gold: Node, p_val: Fraction | None, g_val: Fraction | None
     ) -> Outcome:
+        if not self.approximate:
+            same = float_noise_match(pred, p_val, g_val)
+            reason = "float noise of the exact value" if same else "different values"
+            return Outcome(same, VerifyMethod.NUMERIC, reason)
         same = rounded_match(pred, gold, p_val, g_val, rel_tol=self.rel_tol)
         reason = "rounded decimal within policy" if same else "different values"
         return Outcome(same, VerifyMethod.NUMERIC, reason)

@@ -76,7 +76,13 @@ def _compare_safely(
     pred: Node, gold: Node, keys: tuple[str, str], options: GradeOptions
 ) -> Outcome | Decision:
     try:
-        return compare(pred, gold, rel_tol=options.rel_tol, keys=keys)
+        return compare(
+            pred,
+            gold,
+            rel_tol=options.rel_tol,
+            approximate=options.approximate,
+            keys=keys,
+        )
     except Refused as exc:
         return Status.UNSUPPORTED, VerifyMethod.NONE, f"refused: {exc}"
     except RecursionError:

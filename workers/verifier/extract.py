@@ -2,7 +2,10 @@
 
 Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
 
-1. Text after an end-of-turn token (`<|im_end|>`, `<|im_start|>`...) is dropped.
+1. Text after an end-of-turn token (`<|im_end|>`, `<|im_start|>`...) is dropped, and
+   so is a run-on into a new turn (``User:`` after an ``</answer>``; then
+   ``format_valid`` is false). More than `MAX_RUN_ON_CHARS` of text after the final
+   box or tag also makes ``format_valid`` false (the answer stands).
    ``<think>``: only the text after the last ``</think>`` is searched. If nothing
    follows it, or the ``<think>`` is never closed, the whole text is searched and
    ``format_valid`` is false (the answer sits inside the reasoning).
@@ -53,6 +56,9 @@ from workers.verifier.spans import (
 
 __all__ = ["Extraction", "extract_answer", "extract_gold"]
 
+# More text than this (not counting whitespace) after the final answer's marker is a
+# run-on (a new question, rambling): `format_valid` is then false.
+MAX_RUN_ON_CHARS = 1_000
 # A gold longer than this without any answer marker is not read as a bare answer.
 MAX_BARE_GOLD_CHARS = 2_000
 
@@ -61,6 +67,7 @@ _PROSE_METHODS = (
     ExtractionMethod.FINAL_ANSWER_PHRASE,
 )
 _END_OF_TURN = (*SPECIAL_TOKENS, "<|im_start|>", "<｜end▁of▁sentence｜>")
+_NEW_TURNS = ("\nUser:", "\nHuman:", "\nQuestion:")
 # Full-width and mathematical digits (and full-width . , / -) as ASCII, so that the
 # unmarked fallbacks, which scan for ASCII digits, see `１２３` (one linear pass).
 _WIDE_DIGITS = str.maketrans(
@@ -148,6 +155,10 @@ def extract_gold(gold: str) -> str | None:
 def _final_part(response: str) -> tuple[str, str]:
     """Drop `<think>` reasoning; return the text to search and a note if unusual."""
     response = _cut_at_end_of_turn(response)
+    run_on = _run_on_turn(response)
+    if run_on >= 0:
+        text, note = _final_part(response[:run_on])
+        return text, note or "run-on into a new turn after </answer>"
     close = response.rfind("</think>")
     if close >= 0:
         after = response[close + len("</think>") :]
@@ -169,6 +180,19 @@ def _cut_at_end_of_turn(response: str) -> str:
     return response[:cut]
 
 
+def _run_on_turn(response: str) -> int:
+    """Offset of a new chat turn (`User:`) started after the first `</answer>`, or -1.
+
+    A base model that does not stop writes the next question and answers it: the
+    answer to this question is the one before the run-on.
+    """
+    close = response.find("</answer>")
+    if close < 0:
+        return -1
+    found = [response.find(turn, close) for turn in _NEW_TURNS]
+    return min((pos for pos in found if pos >= 0), default=-1)
+
+
 def _extract_from(text: str) -> Extraction:
     box = last_box(text)
     valid_box = box if box is not None and not box.problem else None
@@ -176,7 +200,7 @@ def _extract_from(text: str) -> Extraction:
     tag = answer_tag(text)
     line = answer_line(text, allow_gsm8k=True)
     if tag is not None and tag[1] > box_end:
-        found = _from_tag(tag[0])
+        found = _run_on_after(_from_tag(tag[0]), text, tag[1])
     elif line is not None and line[1] >= box_end:
         # An answer line after the last box is the model's final word on it.
         found = Extraction(
@@ -186,7 +210,7 @@ def _extract_from(text: str) -> Extraction:
             reason="answer line",
         )
     elif valid_box is not None:
-        return _from_box(valid_box, text)
+        return _run_on_after(_from_box(valid_box, text), text, valid_box.end)
     else:
         found = _fallbacks(text)
     if box is not None and box.problem:
@@ -198,6 +222,22 @@ def _extract_from(text: str) -> Extraction:
             reason=f"{note}; {found.reason}",
         )
     return found
+
+
+def _run_on_after(found: Extraction, text: str, end: int) -> Extraction:
+    """`format_valid` false when a long run-on follows the answer's marker (a new
+    question, rambling): the answer stands, but the response did not end with it."""
+    if not found.format_valid or len(text) - end <= MAX_RUN_ON_CHARS:
+        return found
+    trailing = len("".join(text[end:].split()))
+    if trailing <= MAX_RUN_ON_CHARS:
+        return found
+    return Extraction(
+        answer=found.answer,
+        method=found.method,
+        format_valid=False,
+        reason=f"{found.reason}; followed by {trailing} characters of run-on text",
+    )
 
 
 def _from_box(box: Box, text: str) -> Extraction:

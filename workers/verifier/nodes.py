@@ -8,8 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Literal, get_args
 
-__all__ = ["Node", "Refused", "num", "render"]
+__all__ = ["NODE_KINDS", "Node", "NodeKind", "Refused", "num", "render"]
+
+# The closed set of node kinds: mypy checks every `Node(...)` and every comparison
+# of `node.kind` against it (strict equality flags a misspelt kind).
+NodeKind = Literal[
+    "num", "sym", "text", "add", "mul", "div", "neg", "pow", "root", "fn", "fact",
+    "binom", "abs", "pct", "pm", "tuple", "pair", "interval", "set", "list", "union",
+    "matrix", "row", "rel", "based", "call", "ratio",
+]  # fmt: skip
+NODE_KINDS: frozenset[str] = frozenset(get_args(NodeKind))
 
 
 class Refused(Exception):
@@ -20,13 +30,11 @@ class Refused(Exception):
 class Node:
     """One node of a parsed answer.
 
-    `kind` is one of: num, sym, text, add, mul, div, neg, pow, root, fn, fact, binom,
-    abs, pct, pm, tuple, pair, interval, set, list, union, matrix, row, rel, based,
-    call, ratio. `text` holds names, operators, bracket shapes or a decimal literal;
-    `value` holds the exact value of a `num`.
+    `kind` is one of `NodeKind`. `text` holds names, operators, bracket shapes or a
+    decimal literal; `value` holds the exact value of a `num`.
     """
 
-    kind: str
+    kind: NodeKind
     kids: tuple[Node, ...] = ()
     text: str = ""
     value: Fraction | None = None

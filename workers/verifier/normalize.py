@@ -46,6 +46,11 @@ _VULGAR = {
 }
 _RE_VULGAR = re.compile("[" + "".join(_VULGAR) + "]")
 _RE_ROOT_DIGITS = re.compile(r"√(\d+(?:\.\d+)?)")  # √19 is √(19), unlike \sqrt19
+# `sqrt(3)` and `\\sqrt(3)` in plain-text answers: the square root of what the
+# parentheses hold (`sqrt[3]` is left alone: in LaTeX it opens a cube root).
+_RE_PAREN_SQRT = re.compile(r"(?<![a-zA-Z])\\?sqrt\s*\(([^()]{1,40})\)")
+# `26 x 5 x 1000` in plain text: a spaced x between numbers multiplies.
+_RE_TEXT_TIMES = re.compile(r"(?<=\d) x (?=\d)")
 _RE_UNICODE = re.compile("|".join(map(re.escape, _UNICODE)))
 
 # Pure layout: removed outright.
@@ -106,6 +111,8 @@ def normalize(text: str) -> str:
     s = _RE_REALS.sub(r"(-\\infty,\\infty)", s)
     s = unicodedata.normalize("NFKC", s)
     s = _RE_ROOT_DIGITS.sub(r"\\sqrt{\1}", s)
+    s = _RE_PAREN_SQRT.sub(r"\\sqrt{\1}", s)
+    s = _RE_TEXT_TIMES.sub(r" \\times ", s)
     s = _RE_UNICODE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = _RE_GROUP_COMMA.sub("", s)
     s = _RE_SPACED_COMMA.sub("", s)

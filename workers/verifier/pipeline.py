@@ -15,6 +15,7 @@ from workers.verifier.extract import extract_gold
 from workers.verifier.nodes import Node, Refused, num, render
 from workers.verifier.normalize import normalize
 from workers.verifier.parse import parse_text
+from workers.verifier.sentences import MAX_SENTENCE_SPAN_CHARS, is_prose, read_sentence
 from workers.verifier.values import exact_value
 
 __all__ = ["MAX_ANSWER_CHARS", "MAX_NESTING", "Parsed", "parse_answer", "parse_gold"]
@@ -40,11 +41,17 @@ class Parsed:
     error: str = ""
 
 
-def parse_answer(text: str) -> Parsed:
+def parse_answer(text: str, *, sentences: bool = True) -> Parsed:
     """Parse one extracted answer, never raising.
 
     Args:
         text: the extracted answer.
+        sentences: read prose through the sentence policy (off for golds: a gold
+            is an exact reference, never guessed from words).
+
+    Prose the parser cannot read as math (words around the numbers) goes through the
+    sentence policy (`workers.verifier.sentences`): the value it asserts is parsed
+    instead, or the answer is refused when the sentence asserts no single value.
 
     Returns:
         A `Parsed` with a tree, or with `error` set when the answer is outside what
@@ -53,6 +60,34 @@ def parse_answer(text: str) -> Parsed:
     fast = _fast_number(text)
     if fast is not None:
         return Parsed(fast, render(fast))
+    if not sentences:
+        return _parse_math(text)
+    too_long = Parsed(None, None, f"answer longer than {MAX_ANSWER_CHARS} characters")
+    if MAX_ANSWER_CHARS < len(text) <= MAX_SENTENCE_SPAN_CHARS and is_prose(text):
+        return _from_sentence(text, too_long)
+    parsed = _parse_math(text)
+    if parsed.node is not None and parsed.node.kind != "text":
+        return parsed
+    if not is_prose(text):
+        return parsed
+    return _from_sentence(text, parsed)
+
+
+def _from_sentence(text: str, parsed: Parsed) -> Parsed:
+    """The sentence policy's reading of prose `text`; `parsed` when it has no value."""
+    reading = read_sentence(text)
+    if reading.answer is not None:
+        fast = _fast_number(reading.answer)
+        if fast is not None:
+            return Parsed(fast, render(fast))
+        inner = _parse_math(reading.answer)
+        return inner if inner.node is not None else parsed
+    if reading.refusal:
+        return Parsed(None, None, reading.refusal)
+    return parsed
+
+
+def _parse_math(text: str) -> Parsed:
     try:
         _check_size(text)
         normalized = normalize(text)
@@ -86,7 +121,7 @@ def _parse_gold(gold: str) -> tuple[str | None, Parsed]:
     text = extract_gold(gold)
     if text is None or not text.strip():
         return None, Parsed(None, None, "no answer in gold")
-    return text, parse_answer(text)
+    return text, parse_answer(text, sentences=False)
 
 
 _parse_gold_cached = functools.lru_cache(maxsize=GOLD_CACHE_SIZE)(_parse_gold)

@@ -10,6 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from workers.verifier.sentences import (
+    MAX_SENTENCE_SPAN_CHARS,
+    first_sentence,
+    is_label_number,
+    is_prose,
+    read_sentence,
+)
 from workers.verifier.spans import clean, is_alnum_at, is_letter_at
 
 __all__ = [
@@ -24,8 +31,12 @@ __all__ = [
 
 # Longest "the answer is ..." tail kept (a sentence, not a paragraph).
 MAX_PHRASE_CHARS = 200
+# Phrases that judge the answer (`our answer is correct`) skipped before giving up.
+MAX_PHRASE_TRIES = 5
 # At most this much text, with no digits, may follow a closing math span.
 MAX_CLOSING_TAIL_CHARS = 60
+# A response ending in this much text without a digit commits to no number.
+MAX_UNCOMMITTED_CHARS = 300
 # Tries to find a last number not glued to a word (`H2O`) before giving up.
 MAX_NUMBER_TRIES = 20
 # Escaped dollars (`\$5`) skipped while looking for a math span's `$`.
@@ -42,7 +53,7 @@ _ANSWER_LINE = re.compile(
 _ANSWER_HEADING = re.compile(r"[\s>*#_]*final\s+answer[\s*_:：]*", re.IGNORECASE)
 # `A: 18`, or `#### 18` (GSM8K's own answer line; a `#### Step 2` heading is not one).
 _GSM8K_LINE = re.compile(
-    r"[ \t]*(?:A[ \t]*:|####(?!#)(?=[ \t]*[-+$\\.\d(]))[ \t]*(?P<rest>.+)", re.DOTALL
+    r"[ \t]*(?:A[ \t]*:|####(?!#)(?=[ \t]*[-+$\\.\d(|]))[ \t]*(?P<rest>.+)", re.DOTALL
 )
 _NEXT_LINE = re.compile(r"\s*(\S[^\n]*)")
 # Letter runs allowed in a bare answer; any other run of two or more letters that is
@@ -51,9 +62,6 @@ _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 # Two or more non-ASCII, non-Greek letters in a row (`答案是`, `Ответ`) are words.
 _FOREIGN_WORD = re.compile(r"[^\W\d_A-Za-z\u0370-\u03ff]{2,}")
 # Prose that denies or hedges its only number never reduces to that number.
-_NEGATION = re.compile(
-    r"\b(?:not|no|never|none|neither|nor|cannot|maybe|perhaps)\b|n't\b", re.IGNORECASE
-)
 _DENIED = re.compile(
     r"(?:\bnot|n't|\bnever|\bno)(?:\s+(?:be|equal|equals|to|exactly))*"
     r"\s*(?:\$\$|\$|\\\(|\\\[|-)?\s*\Z",
@@ -61,8 +69,13 @@ _DENIED = re.compile(
 )
 _BARE_WORDS = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi"})
 _PHRASES = ("final answer is", "answer is", "result is")
+_JUDGEMENT = re.compile(
+    r"(?:correct|right|wrong|incorrect|reasonable|valid|plausible|consistent|verified)"
+    r"\b",
+    re.IGNORECASE,
+)
 _MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
-_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
+_OUTPUT_FENCE = "```output"
 _NUMBER_CHARS = "0123456789.,/"
 _DIGITS = "0123456789"
 _LIST_STARTS = frozenset("0123456789$\\-(")
@@ -136,46 +149,40 @@ def _read_answer_line(text: str, line: str, line_end: int) -> str | None:
 
 
 def _line_content(rest: str) -> str | None:
-    """The answer in an answer line's text: the answer itself, or read from prose.
-
-    Prose (words outside math) is read as: "... is X" gives X (`The volume of
-    $V$ is 120.`); plain prose with exactly one number gives it (`Jane started
-    3 hours ago.`). Anything else is kept whole.
-    """
+    """The answer in an answer line's text: a phrase's answer, else the line's first
+    sentence when it is prose (read by the sentence policy when parsed), else all of
+    it (`Answer: 5, 6` is a list)."""
     phrase = phrase_answer(rest)
     if phrase is not None:
         return phrase
     answer = clean(rest)
-    if answer is None:
-        return None
-    sentence = answer.split(". ", 1)[0]
-    outside_math = " ".join(sentence.split("$")[::2])
-    words = (match.group() for match in _PROSE_WORD.finditer(outside_math))
-    if all(word in _BARE_WORDS for word in words):
+    if answer is None or not is_prose(answer):
         return answer
-    verb = sentence.rfind(" is ")
-    if verb >= 0:
-        return clean(sentence[verb + len(" is ") :]) or answer
-    if "\\" in sentence or "$" in sentence:
-        return answer
-    numbers = _NUMBER.findall(sentence)
-    if len(numbers) != 1 or _NEGATION.search(outside_math):
-        return answer  # `Answer: not 12` is not 12
-    return clean(numbers[0])
+    return clean(first_sentence(answer)) or answer
 
 
 def phrase_answer(text: str) -> str | None:
-    """The answer after the last "the final answer is" / "answer is" / "result is"."""
+    """The answer after the last "the final answer is" / "answer is" / "result is".
+
+    A verdict on the answer (`we can see that our answer is correct`) is no answer:
+    the phrase before it is looked for instead.
+    """
     lowered = text.lower()
-    best, best_len = -1, 0
-    for phrase in _PHRASES:
-        pos = lowered.rfind(phrase)
-        if pos > best:
-            best, best_len = pos, len(phrase)
-    if best < 0:
-        return None
-    tail = text[best + best_len : best + best_len + MAX_PHRASE_CHARS].lstrip(" :\t")
-    return clean(_first_sentence(tail))
+    end = len(text)
+    for _ in range(MAX_PHRASE_TRIES):
+        best, best_len = -1, 0
+        for phrase in _PHRASES:
+            pos = lowered.rfind(phrase, 0, end)
+            if pos > best:
+                best, best_len = pos, len(phrase)
+        if best < 0:
+            return None
+        start = best + best_len
+        tail = text[start : start + MAX_PHRASE_CHARS].lstrip(" :\t")
+        if _JUDGEMENT.match(tail) is None:
+            return clean(_first_sentence(tail))
+        end = best
+    return None
 
 
 def _first_sentence(tail: str) -> str:
@@ -258,8 +265,9 @@ def bare_answer(text: str) -> str | None:
 
 
 def last_number(text: str) -> str | None:
-    """The last number not glued to a word (digits, point, thousands commas, a/b)
-    and not ruled out by a negation just before it (`we got 42, not 41` gives 42)."""
+    """The last number not glued to a word (digits, point, thousands commas, a/b),
+    not a label (`week #3`, `Step 2`, `3rd`) and not ruled out by a negation just
+    before it (`we got 42, not 41` gives 42)."""
     end = len(text)
     for _ in range(MAX_NUMBER_TRIES):
         last = max(text.rfind(digit, 0, end) for digit in _DIGITS)
@@ -268,7 +276,8 @@ def last_number(text: str) -> str | None:
         head = text[: last + 1]
         start = len(head.rstrip(_NUMBER_CHARS))
         denied = _DENIED.search(text, max(0, start - 40), start) is not None
-        if not denied and not _glued_to_word(text, start - 1):
+        label = is_label_number(text, start, last + 1)
+        if not denied and not label and not _glued_to_word(text, start - 1):
             return _number_token(text, start, head[start:])
         # `H2O` (part of a word) or `42, not 41` (ruled out): look further back
         end = start
@@ -292,8 +301,48 @@ def _number_token(text: str, start: int, token: str) -> str | None:
     return clean(sign + token)
 
 
+def final_sentence(text: str) -> str | None:
+    """The value the last sentence holding one asserts (the sentence policy), read
+    from the end of the text; None when that sentence asserts none."""
+    tail = text[-MAX_SENTENCE_SPAN_CHARS:]
+    if len(text) > len(tail):
+        tail = tail[tail.find("\n") + 1 :]  # start at a line, not mid-sentence
+    answer = read_sentence(tail).answer
+    return None if answer is None else clean(answer)
+
+
+def output_block(text: str) -> str | None:
+    """The value printed by the last ```` ```output ```` block, when it is one line."""
+    start = text.rfind(_OUTPUT_FENCE)
+    if start < 0:
+        return None
+    start += len(_OUTPUT_FENCE)
+    end = text.find("```", start)
+    body = text[start : len(text) if end < 0 else end].strip()
+    if not body or "\n" in body or len(body) > MAX_BARE_ANSWER_CHARS:
+        return None
+    return clean(body)
+
+
+def _committed(finder: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """`finder`, applied only when a digit sits near the end of the text: a response
+    that trails off into `MAX_UNCOMMITTED_CHARS` of number-free prose committed to no
+    value, and a number found far back in it is an accident, not an answer."""
+
+    def committed(text: str) -> str | None:
+        tail = text[-MAX_UNCOMMITTED_CHARS:]
+        if len(text) > len(tail) and not any(d in tail for d in _DIGITS):
+            return None
+        return finder(text)
+
+    committed.__name__ = finder.__name__
+    return committed
+
+
 UNMARKED_FINDERS: tuple[tuple[Callable[[str], str | None], str], ...] = (
     (closing_math, "closing math span"),
     (bare_answer, "bare answer"),
-    (last_number, "last number"),
+    (_committed(final_sentence), "final sentence"),
+    (_committed(output_block), "last output block"),
+    (_committed(last_number), "last number"),
 )

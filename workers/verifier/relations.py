@@ -1,15 +1,36 @@
-"""Equations and inequalities: label equations, proportional equations, chains."""
+"""Equations and inequalities: label equations, proportional equations, chains, and
+closed chains given as an answer (``4+7+2 = 13``, ``2\\pi \\approx 6.28``).
+
+Closed-chain policy (a relation answering a value): when every side of an ``=`` /
+``\\approx`` chain is a closed expression (numbers and constants, no variables) and the
+chain shows a computation (some side before the last is not a bare number, so ``3 = 3``
+still proves nothing), its final side is the answer; after an ``\\approx`` the last
+exact side counts too (``\\frac13 \\approx 0.33`` answers 1/3 and 0.33). The chain is
+checked first: ``=`` sides must be equal (a decimal after an irrational side is read as
+rounded), an ``\\approx`` side must round to the decimal after it; a false chain
+(``2+2 = 5``) is a wrong answer whatever its last side, since it contradicts itself.
+A chain we cannot evaluate stays a relation, which matches no value.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 
 from workers.models import VerifyMethod
 from workers.verifier.nodes import Node, render
 from workers.verifier.outcome import Outcome
 from workers.verifier.structures import reduce_chain
+from workers.verifier.values import decimal_places, exact_value
 
-__all__ = ["compare_relations"]
+__all__ = ["FALSE_CHAIN", "closed_chain_answers", "compare_relations"]
+
+FALSE_CHAIN = "false chain: its sides are not equal"
+_CONSTANTS = frozenset({"pi", "e"})
+_CLOSED_KINDS = frozenset(
+    {"num", "add", "mul", "div", "neg", "pow", "root", "fn", "fact", "binom", "abs"}
+)
+_EVAL_DIGITS = 60
 
 _INEQUALITY = frozenset({"<", "<="})
 Compare = Callable[[Node, Node], Outcome]
@@ -64,3 +85,69 @@ def _chain(pred: Node, gold: Node, compare: Compare) -> Outcome:
             return Outcome(False, VerifyMethod.STRUCTURAL, "a side differs")
         undecided = undecided or out.same is None
     return Outcome(None if undecided else True, VerifyMethod.STRUCTURAL)
+
+
+def closed_chain_answers(node: Node) -> tuple[Node, ...] | str | None:
+    """The answers a closed ``=``/``\\approx`` chain asserts (see the module policy).
+
+    Returns:
+        The candidate answers (final side first), `FALSE_CHAIN` when the chain is
+        false, or None when `node` is not a closed chain we can check.
+    """
+    ops = node.text.split(",")
+    sides = node.kids
+    if any(op not in {"=", "~"} for op in ops) or len(sides) != len(ops) + 1:
+        return None
+    if not all(_closed(side) for side in sides):
+        return None
+    if all(op == "=" for op in ops) and all(_literal(s) for s in sides[:-1]):
+        return None  # `3 = 3`: no computation, a tautology
+    values = [value for value in map(_value, sides) if value is not None]
+    if len(values) != len(sides):
+        return None
+    for k, op in enumerate(ops):
+        if not _holds(op, values[k], values[k + 1], sides[k], sides[k + 1]):
+            return FALSE_CHAIN
+    answers = [sides[-1]]
+    if "~" in ops:
+        exact = sides[ops.index("~")]
+        if exact is not sides[-1]:
+            answers.append(exact)
+    return tuple(answers)
+
+
+def _closed(node: Node) -> bool:
+    if node.kind == "sym":
+        return node.text in _CONSTANTS
+    if node.kind not in _CLOSED_KINDS:
+        return False
+    return all(_closed(kid) for kid in node.kids)
+
+
+def _literal(node: Node) -> bool:
+    while node.kind == "neg":
+        node = node.kids[0]
+    return node.kind == "num"
+
+
+def _value(node: Node) -> Fraction | None:
+    exact = exact_value(node)
+    if exact is not None:
+        return exact
+    from workers.verifier.symbolic import value_digits
+
+    return value_digits(node, _EVAL_DIGITS)
+
+
+def _holds(op: str, left: Fraction, right: Fraction, lhs: Node, rhs: Node) -> bool:
+    """Whether `lhs op rhs` is true (values to 60 digits where irrational)."""
+    places = decimal_places(rhs)
+    rational = exact_value(lhs) is not None and exact_value(rhs) is not None
+    if op == "=" and (rational or places is None):
+        scale = max(Fraction(1), abs(left))
+        return bool(abs(left - right) <= Fraction(1, 10**40) * scale)
+    if places is None:
+        places = 0 if _literal(rhs) else -1
+    if places < 0:
+        return False
+    return bool(abs(left - right) * 2 * 10**places <= 1)

@@ -1,7 +1,15 @@
-"""The rounded-decimal policy: when a written decimal counts as an exact value.
+"""When a written decimal counts as an exact value: float noise, and rounding.
 
-Policy: let one side be a written decimal D with d >= 1 digits after the point and the
-other side an exact value X that has no finite decimal expansion (1/3, sqrt(2), pi; if X
+Default (strict): an exact gold needs an exactly equal answer. The one exception is
+float noise: a predicted decimal with at least `FLOAT_DIGITS` significant digits (what a
+program prints for a binary float, ``2.0000000000000004``, ``0.3333333333333333``)
+matches a *rational* gold within a relative `FLOAT_NOISE` (``0.333`` for 1/3, ``3.14``
+for pi and the repeating ``0.(35625)`` for ``.35625`` are wrong; a float for an
+irrational gold is an approximation, not noise).
+
+With ``GradeOptions(approximate=True)`` the rounded-decimal policy applies: let one
+side be a written decimal D with d >= 1 digits after the point and the other side an
+exact value X that has no finite decimal expansion (1/3, sqrt(2), pi; if X
 terminates, like 1/8 = 0.125, D must equal it exactly). D matches X when it shows at
 least 3 significant digits, or 2 significant digits and 2 decimals (the usual "to the
 nearest hundredth"), and |D - X| <= 0.5 * 10**-d (X correctly rounded to the digits
@@ -19,8 +27,14 @@ from fractions import Fraction
 from workers.verifier.nodes import Node
 from workers.verifier.values import decimal_places
 
-__all__ = ["rounded_match"]
+__all__ = ["float_noise_match", "rounded_match"]
 
+# A binary double prints with 15 to 17 significant digits; its rounding error relative
+# to the value it stands for is below 2**-52 (about 2.2e-16). Sums of a few floats
+# accumulate a few of those; 1e-12 keeps a wide margin and is still far finer than any
+# decimal a person writes by hand.
+FLOAT_DIGITS = 15
+FLOAT_NOISE = Fraction(1, 10**12)
 _EVAL_DIGITS = 60
 MIN_SIGNIFICANT = 3
 # ... or this many significant digits with at least `MIN_PLACES` decimals.
@@ -69,6 +83,17 @@ def rounded_match(
     ):
         return True
     return p_places is not None and error <= Fraction(rel_tol) * abs(exact)
+
+
+def float_noise_match(
+    pred: Node, p_val: Fraction | None, g_val: Fraction | None
+) -> bool:
+    """Whether `pred` is a float print of the rational gold `g_val` (strict policy)."""
+    if p_val is None or g_val is None or p_val == g_val:
+        return p_val is not None and p_val == g_val
+    if decimal_places(pred) is None or _significant_digits(pred) < FLOAT_DIGITS:
+        return False
+    return abs(p_val - g_val) <= FLOAT_NOISE * abs(g_val)
 
 
 def _fine_enough(significant: int, places: int) -> bool:

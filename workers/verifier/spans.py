@@ -47,6 +47,11 @@ _WRAPPERS = (
     ('"', '"'),
 )
 _TRAILING_PUNCT = ".,;:?。"  # not "!": 5! is a factorial
+# `\end{answer}` closing nothing (a model imitating a LaTeX answer environment).
+_RE_END_ENV = re.compile(r"\\end\s*\{([a-zA-Z*]{0,20})\}\Z")
+_RE_BEGIN_ENV = re.compile(r"\\begin\s*\{([a-zA-Z*]{0,20})\}")
+# Zero-width characters around an answer are padding (inside it they refuse it).
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff"
 SPECIAL_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>")
 
 
@@ -103,8 +108,22 @@ def is_alnum_at(text: str, index: int) -> bool:
 
 def read_group(text: str, start: int, method: ExtractionMethod) -> Box:
     """Match the brace group whose content starts at `start`; skip escaped braces."""
-    depth = 1
     limit = min(len(text), start + MAX_BOX_SCAN_CHARS)
+    if text.find("}", start, limit) >= 0:
+        closed = _scan_group(text, start, limit, method)
+        if closed is not None:
+            return closed
+    if limit < len(text):
+        # Not truncated, just enormous: hand it on so the comparison refuses it.
+        return Box(content=text[start:limit], method=method, end=limit)
+    return Box(content=None, method=method, end=len(text), problem="truncated")
+
+
+def _scan_group(
+    text: str, start: int, limit: int, method: ExtractionMethod
+) -> Box | None:
+    """The group closed before `limit`, or None (`read_group` decides what that is)."""
+    depth = 1
     for token in _BRACE_TOKEN.finditer(text, start, limit):
         char = token.group()
         if char == "{":
@@ -114,10 +133,7 @@ def read_group(text: str, start: int, method: ExtractionMethod) -> Box:
             if depth == 0:
                 content = clean(text[start : token.start()])
                 return Box(content=content, method=method, end=token.end())
-    if limit < len(text):
-        # Not truncated, just enormous: hand it on so the comparison refuses it.
-        return Box(content=text[start:limit], method=method, end=limit)
-    return Box(content=None, method=method, end=len(text), problem="truncated")
+    return None
 
 
 def box_list(text: str) -> str | None:
@@ -173,19 +189,25 @@ def _next_box(text: str, pos: int) -> tuple[int, ExtractionMethod]:
 
 
 def answer_tag(text: str) -> tuple[str, int] | None:
-    """Content and end offset of the last complete `<answer>...</answer>`."""
+    """Content and end offset of the last complete `<answer>...</answer>`.
+
+    The content ends at the first `</answer>` after the last `<answer>` that has
+    one: what follows a closed answer (`... </answer> 7 * 2 = 14 </answer>`) is not
+    part of it.
+    """
     close = text.rfind("</answer>")
     if close < 0:
         return None
     open_ = text.rfind("<answer>", 0, close)
     if open_ < 0:
         return None
-    return text[open_ + len("<answer>") : close], close + len("</answer>")
+    first_close = text.find("</answer>", open_)
+    return text[open_ + len("<answer>") : first_close], first_close + len("</answer>")
 
 
 def clean(answer: str) -> str | None:
     """Strip whitespace, math delimiters and trailing punctuation; None if empty."""
-    text = answer.strip()
+    text = answer.strip().strip(_INVISIBLE).strip()
     for _ in range(8):
         before = text
         for token in SPECIAL_TOKENS:
@@ -194,7 +216,7 @@ def clean(answer: str) -> str | None:
         for opener, closer in _WRAPPERS:
             if _wrapped(text, opener, closer):
                 text = text[len(opener) : len(text) - len(closer)].strip()
-        text = _strip_unpaired_delimiters(text)
+        text = _strip_unpaired_delimiters(_strip_fragments(text))
         if text == before:
             break
     return text or None
@@ -214,6 +236,24 @@ def _wrapped(text: str, opener: str, closer: str) -> bool:
     if not (text.startswith(opener) and text.endswith(closer)):
         return False
     return opener not in text[len(opener) : len(text) - len(closer)]
+
+
+def _strip_fragments(text: str) -> str:
+    """Drop a stray trailing `\\` or `\\\\` and a `\\begin{..}`/`\\end{..}` that pairs
+    with nothing (`25 \\`, `120 \\end{answer} \\`); a matrix keeps its environment."""
+    if text.endswith("\\"):
+        text = text[:-1].rstrip()
+        if text.endswith("\\"):  # `\\\\` at the very end: a line break, not a command
+            text = text[:-1].rstrip()
+    if text.endswith("}") and text.count("}") > text.count("{"):
+        text = text[:-1].rstrip()  # `6.}`: a brace closing nothing
+    match = _RE_END_ENV.search(text)
+    if match is not None and f"\\begin{{{match.group(1)}}}" not in text:
+        text = text[: match.start()].rstrip()
+    match = _RE_BEGIN_ENV.match(text)
+    if match is not None and f"\\end{{{match.group(1)}}}" not in text:
+        text = text[match.end() :].lstrip()
+    return text
 
 
 def _strip_unpaired_delimiters(text: str) -> str:

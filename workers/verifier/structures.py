@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
-from workers.verifier.nodes import Node, Refused, render
+from workers.verifier.nodes import Node, NodeKind, Refused, render
 
 __all__ = [
     "MAX_PARTS",
@@ -31,14 +31,15 @@ def is_choice(node: Node) -> bool:
 
 
 def is_label(node: Node) -> bool:
-    """Whether `node` names a quantity (``x``, ``a_3``, ``f(x)``, ``|AB|``, ``A:B``).
+    """Whether `node` names a quantity (``x``, ``a_3``, ``f(x)``, ``|AB|``, ``A:B``,
+    ``\\binom{n}{k}``).
 
     A label holds no numbers and no sums: ``2x + z`` or ``a^2`` are not labels, so
     ``2x + z = 1`` is a real equation, not "the answer is 1".
     """
     if node.kind in {"sym", "call"}:
         return node.text not in {"pi", "oo"}
-    if node.kind in {"abs", "ratio", "mul", "div", "pair", "tuple"}:
+    if node.kind in {"abs", "ratio", "mul", "div", "pair", "tuple", "binom"}:
         return all(is_label(k) for k in node.kids)
     return False
 
@@ -89,7 +90,7 @@ def regroup_assignments(node: Node) -> Node:
         return node
     if labels != labels[:size] * (len(labels) // size):
         return node
-    kind = "pair" if size == 2 else "tuple"
+    kind: NodeKind = "pair" if size == 2 else "tuple"
     values = [value for _, value in pairs]
     groups = (tuple(values[i : i + size]) for i in range(0, len(values), size))
     return Node("list", tuple(Node(kind, group) for group in groups))

@@ -40,9 +40,11 @@ def exact_value(node: Node) -> Fraction | None:
     if kind == "num":
         return node.value
     kids = [exact_value(k) for k in node.kids]
+    if kind == "fn" and node.text == "exp":
+        _check_exponent(node.kids[0], kids[0])
     if kind in {"sym", "text", "fn", "call"} or any(v is None for v in kids):
         if kind == "pow":
-            _check_symbolic_power(kids[1])
+            _check_exponent(node.kids[1], kids[1])
         return None
     vals = [v for v in kids if v is not None]
     return _combine(kind, vals)
@@ -87,9 +89,29 @@ def _bounded(value: Fraction) -> Fraction:
     return value
 
 
-def _check_symbolic_power(exponent: Fraction | None) -> None:
+def _check_exponent(node: Node, exponent: Fraction | None) -> None:
+    """A symbolic power or `\\exp` SymPy could take seconds or forever to decide:
+    an exponent above `MAX_SYMBOLIC_EXPONENT`, or a tower (`\\exp(\\exp(100))`)."""
     if exponent is not None and abs(exponent) > MAX_SYMBOLIC_EXPONENT:
         raise Refused(f"symbolic power above {MAX_SYMBOLIC_EXPONENT}")
+    if exponent is None and _has_exponential(node):
+        raise Refused("nested exponential")
+
+
+def _has_exponential(node: Node) -> bool:
+    if node.kind == "fn" and node.text == "exp":
+        return True
+    if node.kind == "pow" and _no_rational_value(node.kids[1]):
+        return True
+    return any(_has_exponential(kid) for kid in node.kids)
+
+
+def _no_rational_value(node: Node) -> bool:
+    """Whether `node` has no rational value (a symbolic exponent, say)."""
+    try:
+        return exact_value(node) is None
+    except Refused:
+        return True
 
 
 def _power(base: Fraction, exponent: Fraction) -> Fraction | None:
@@ -141,7 +163,10 @@ def _nth_root(value: int, degree: int) -> int:
 
 
 def _factorial(n: Fraction) -> Fraction | None:
-    if n.denominator != 1 or n < 0:
+    if n.denominator != 1:
+        # gamma of a non-integer: never an answer, and SymPy may take minutes on it
+        raise Refused("factorial of a non-integer")
+    if n < 0:
         return None
     if n > MAX_FACTORIAL:
         raise Refused(f"factorial above {MAX_FACTORIAL}")
@@ -149,10 +174,12 @@ def _factorial(n: Fraction) -> Fraction | None:
 
 
 def _binom(n: Fraction, k: Fraction) -> Fraction | None:
-    if n.denominator != 1 or k.denominator != 1 or n < 0:
-        return None
-    if n > 10 * MAX_FACTORIAL:
+    if n.denominator != 1 or k.denominator != 1:
+        raise Refused("binomial of a non-integer")
+    if abs(n) > 10 * MAX_FACTORIAL or abs(k) > 10 * MAX_FACTORIAL:
         raise Refused("binomial too large")
+    if n < 0:
+        return None
     return _bounded(Fraction(math.comb(int(n), int(k)))) if k >= 0 else Fraction(0)
 
 

@@ -99,6 +99,8 @@ NEAR_MISSES = [
     ("a = 1", "b = 1"),
 ]
 
+APPROXIMATE = GradeOptions(approximate=True)
+
 
 @pytest.mark.parametrize(("answer", "gold"), EQUIVALENT, ids=lambda v: repr(v)[:28])
 def test_compare_equivalent_forms_are_correct(answer: str, gold: str) -> None:
@@ -143,17 +145,47 @@ def test_compare_near_misses_are_wrong_not_unsupported() -> None:
         ("8", "7.78", False),
     ],
 )
-def test_compare_rounded_decimal_policy(answer: str, gold: str, correct: bool) -> None:
+def test_compare_rounded_decimal_policy_under_approximate(
+    answer: str, gold: str, correct: bool
+) -> None:
+    assert grade_answer(answer, gold, options=APPROXIMATE).correct is correct
+
+
+# --- the strict default: exact values only, float noise aside ------------------------
+@pytest.mark.parametrize(
+    ("answer", "gold", "correct"),
+    [
+        ("0.33", r"\frac13", False),
+        ("0.3333", r"\frac13", False),
+        ("3.14", r"\pi", False),
+        ("3.14159265358979", r"\pi", False),  # a float for an irrational: approximate
+        ("1.41", r"\sqrt2", False),
+        (r"\sqrt2", "1.41421356", False),
+        (r"0.\overline{35625}", ".35625", False),  # a different number
+        ("0.125", r"\frac18", True),
+        ("0.50", "0.5", True),
+        ("2.0000000000000004", "2", True),  # float noise (16+ significant digits)
+        ("0.30000000000000004", "0.3", True),
+        ("0.3333333333333333", r"\frac13", True),  # the double nearest 1/3
+        ("0.0833333333333333", r"\frac{1}{12}", True),
+        ("0.33333333333333", r"\frac13", False),  # 14 digits: a rounding, not noise
+        ("2.000000000001", "2", False),
+        ("1.0000000001", "1", False),
+    ],
+)
+def test_compare_strict_default(answer: str, gold: str, correct: bool) -> None:
     assert grade_answer(answer, gold).correct is correct
 
 
 def test_compare_rel_tol_widens_decimal_matches() -> None:
     # 0.3334 is not 1/3 correctly rounded, but is within 2e-4 relative.
-    assert not grade_answer("0.3334", r"\frac13").correct
-    assert grade_answer(
-        "0.3334", r"\frac13", options=GradeOptions(rel_tol=1e-3)
-    ).correct
-    assert not grade_answer("1.1", "1", options=GradeOptions(rel_tol=1e-3)).correct
+    wide = GradeOptions(approximate=True, rel_tol=1e-3)
+    assert not grade_answer("0.3334", r"\frac13", options=APPROXIMATE).correct
+    assert grade_answer("0.3334", r"\frac13", options=wide).correct
+    assert not grade_answer("1.1", "1", options=wide).correct
+    # rel_tol alone changes nothing: the strict default has no tolerance
+    loose = GradeOptions(rel_tol=1e-3)
+    assert not grade_answer("0.3334", r"\frac13", options=loose).correct
 
 
 # --- the percent policy ---------------------------------------------------------

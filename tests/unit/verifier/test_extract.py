@@ -110,7 +110,7 @@ CASES: list[tuple[str, str, str | None, M, bool]] = [
     (
         "line-prose-one-number",
         "Answer: she started 3 hours ago. Sure.",
-        "3",
+        "she started 3 hours ago",  # the sentence policy reads 3 when it is parsed
         LINE,
         True,
     ),
@@ -124,7 +124,7 @@ CASES: list[tuple[str, str, str | None, M, bool]] = [
     (
         "line-prose-is",
         "Final Answer: The volume of $V$ is 120. Sure.",
-        "120",
+        "The volume of $V$ is 120",
         LINE,
         True,
     ),
@@ -242,7 +242,8 @@ def test_extract_answer_ids_unique() -> None:
     [
         (r"So \boxed{}.", "empty \\boxed{}"),
         (r"Final attempt: \boxed{4", "truncated \\boxed{"),
-        ("we got 41", "last number"),
+        ("we got 41", "final sentence"),
+        ("we had 40 and 41", "last number"),
         (r"<think>\boxed{3}", "unterminated <think>"),
         (r"<think>\boxed{3}</think>", "inside <think>"),
         (r"<answer>\boxed{3}</answer>", "inside <answer>"),
@@ -253,6 +254,7 @@ def test_extract_answer_ids_unique() -> None:
     ids=[
         "empty",
         "truncated",
+        "final-sentence",
         "last-number",
         "think-open",
         "think-only",

@@ -53,6 +53,11 @@ HOSTILE: dict[str, str] = {
     "sum-infinite": r"\sum_{n=1}^{\infty} \frac{1}{n^2}",
     "integral": r"\int_0^{10^{10}} x^{x}\,dx",
     "binom-huge": r"\binom{10^{10}}{5\cdot 10^{9}}",
+    # non-integer factorials and binomials, exp towers: SymPy ran past 60 s (issue 13)
+    "binom-half-huge": r"\binom{0.5}{33827135797}",
+    "factorial-decimal-ratio": r"-91677237683782.8736!/0.0001!",
+    "factorial-half": r"12345.5!",
+    "exp-fn-tower": r"\exp(\exp(\exp(100)))",
     "mod-tower": r"2^{2^{100}} \bmod 7",
     # --- nesting ---------------------------------------------------------------
     "braces-5000": "{" * 5000 + "1" + "}" * 5000,

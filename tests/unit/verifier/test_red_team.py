@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.models import Status
+from workers.models import GradeOptions, Status
 from workers.verifier import grade, grade_answer
 from workers.verifier.pipeline import parse_answer
 from workers.verifier.values import exact_value
@@ -45,7 +45,30 @@ NEAR_MISSES: list[Row] = [
     ("power-plus-one", "2^{100}", "2^{100}+1", NO),
     ("tiny-double", r"10^{-50}", r"2\cdot10^{-50}", NO),
     ("tiny-power", "1/2^{99}", "1/2^{98}", NO),
-    ("float-artifact", "0.30000000000000004", "0.3", NO),
+    ("float-noise-too-coarse", "0.30000000000001", "0.3", NO),
+    # strict default: a rounded decimal is not the exact value (issue 10)
+    ("strict-pi", "3.14", r"\pi", NO),
+    ("strict-third", "0.333", r"\frac13", NO),
+    ("repeating-vs-terminating", r"0.\overline{35625}", ".35625", NO),
+    ("float-for-irrational", "1.4142135623730951", r"\sqrt2", NO),
+    # sentence answers: the asserted number, never another one in the sentence
+    ("sentence-wrong-number", "The bakery sold 13 loaves.", "14", NO),
+    ("sentence-two-numbers", "Five vans will carry 60 boxes.", "60", UNS),
+    ("sentence-two-numbers-first", "Five vans will carry 60 boxes.", "5", UNS),
+    ("sentence-label-number", "42 students joined after week #3.", "3", NO),
+    ("sentence-step-label", "Step 2 gives 42 apples.", "2", NO),
+    ("sentence-negated", "The bakery did not sell 14 loaves.", "14", UNS),
+    ("sentence-hedged", "She sold about 14 loaves.", "14", UNS),
+    ("sentence-comparison", "It took more than 14 minutes.", "14", UNS),
+    ("sentence-dangling", "so we get 14 +", "14", UNS),
+    ("sentence-after-copula", "The 14 bakers sold 20 loaves in total.", "14", UNS),
+    ("sentence-copula-wrong", "The total number of apples is 15", "14", NO),
+    # closed chains: a false chain is wrong whatever its last side
+    ("chain-false", "2+2 = 5", "5", NO),
+    ("chain-false-first", "2+2=5", "4", NO),
+    ("chain-wrong-final", "4+7+2 = 13", "12", NO),
+    ("chain-approx-false", r"2\pi \approx 6.5", "6.5", NO),
+    ("chain-approx-other", r"6.28318 \approx 6.3", "6.28", NO),
     ("float-gold-vs-exact", r"\frac13", "0.333333333333333314829616256247", NO),
     ("infinity-sign", r"\infty", r"-\infty", NO),
     ("factorial-off", "4!", "120", NO),
@@ -219,6 +242,24 @@ EXTRACTION_HACKS: list[Row] = [
     ("last-number-denied", "It can't be 12.", "12", Status.NO_ANSWER),
     ("closing-math-denied", "It is not equal to $12$", "12", Status.NO_ANSWER),
     ("denied-then-other", "I got 13, not 12", "12", NO),
+    # sentence answers, run-ons, program outputs, stray fragments (issue 10)
+    ("tag-sentence-wrong", "<answer> The bakery sold 13 loaves. </answer>", "14", NO),
+    (
+        "tag-sentence-then-phrase",
+        "<answer> The bakery sold 14 loaves. The answer is: 10 </answer>",
+        "14",
+        NO,
+    ),
+    (
+        "runon-later-turn",
+        "<answer> 5 </answer>\nUser: And next?\nAssistant: <answer> 7 </answer>",
+        "7",
+        NO,
+    ),
+    ("text-after-close", "<answer> 7 boxes </answer> 7 * 2 = 14 </answer>", "14", NO),
+    ("program-label", "```output\n42\n```\n42 students joined after week #3.", "3", NO),
+    ("stray-backslash-wrong", "<answer> 24 \\</answer>", "25", NO),
+    ("tag-false-chain", "<answer> 2 + 2 = 5 </answer>", "5", NO),
 ]
 
 
@@ -232,6 +273,40 @@ def test_red_team_extraction_hack_is_never_correct(
 
 
 EXTRACTION_KEEPS: list[Row] = [
+    # sentence answers, chains, stray fragments, program outputs (issue 10)
+    ("tag-sentence", "<answer> The bakery sold 14 loaves. </answer>", "14", OK),
+    (
+        "tag-sentence-phrase-wins",
+        "<answer> The bakery sold 14 loaves. The answer is: 10 </answer>",
+        "10",
+        OK,
+    ),
+    ("tag-number-word", "<answer> Five vans. </answer>", "5", OK),
+    ("tag-chain", "<answer> 4+7+2 = 13 </answer>", "13", OK),
+    ("tag-approx-chain", r"<answer> 6.28318 \approx 6.3 </answer>", "6.3", OK),
+    ("tag-stray-backslash", "<answer> 25 \\</answer>", "25", OK),
+    ("tag-stray-paren", "<answer>\\( 7 \\ </answer>", "7", OK),
+    ("tag-stray-end", "<answer> 120 \\end{answer} \\</answer>", "120", OK),
+    (
+        "runon-first-turn",
+        "<answer> 5 </answer>\nUser: And next?\nAssistant: <answer> 7 </answer>",
+        "5",
+        OK,
+    ),
+    (
+        "program-final-sentence",
+        "```output\n42\n```\n42 students joined after week #3.",
+        "42",
+        OK,
+    ),
+    (
+        "program-output-block",
+        "```output\n42\n```\nThat is 5 vans and 60 boxes.",
+        "42",
+        OK,
+    ),
+    ("answer-line-sentence", "Answer: The bakery sold 14 loaves.", "14", OK),
+    ("phrase-sentence", "The answer is 276 wheels will be left.", "276", OK),
     ("repeated-box", r"\boxed{4}\boxed{4}\boxed{4}", "4", OK),
     ("chain-is-the-list", _boxes(range(1, 4), ", "), "1,2,3", OK),
     ("chain-is-the-set", r"\boxed{1}\boxed{2}", r"\{1,2\}", OK),
@@ -327,17 +402,27 @@ def test_red_team_correct_form_is_correct(pred: str, gold: str, status: Status) 
 
 # --- deliberate policy decisions (documented where the code decides) ---------------
 POLICIES: list[Row] = [
-    # rounding.py: >= 3 significant digits, or 2 with >= 2 decimals, correctly rounded
-    ("pi-hundredths", "3.14", r"\pi", OK),
-    ("third-hundredths", "0.33", r"\frac13", OK),
-    ("third-thousandths", "0.333", r"\frac13", OK),
-    ("ten-pi-tenths", "31.4", r"10\pi", OK),
-    ("root3-hundredths", "1.73", r"\sqrt3", OK),
-    ("twentyfourth-3dp", "0.042", r"\frac1{24}", OK),
-    ("twentyfourth-2dp", "0.04", r"\frac1{24}", NO),
-    ("sqrt2-tenths", "1.4", r"\sqrt2", NO),
-    ("rounded-gold", r"\frac{1}{3}", "0.33", OK),
-    ("coarse-gold", r"\pi", "3.1", NO),
+    # rounding.py, strict default: exact values only, float noise aside
+    ("pi-hundredths-strict", "3.14", r"\pi", NO),
+    ("rounded-gold-strict", r"\frac{1}{3}", "0.33", NO),
+    ("float-noise", "0.30000000000000004", "0.3", OK),
+    ("float-noise-third", "0.3333333333333333", r"\frac13", OK),
+    # relations.py: a true closed chain answers with its final side; a false one is
+    # wrong; `\binom{n}{n}` names a quantity like `f(3)`
+    ("closed-chain", "1200+800=2000", "2000", OK),
+    ("approx-chain-exact-side", r"\frac13 \approx 0.33", r"\frac13", OK),
+    ("false-closed-chain", "2+2=5", "5", NO),
+    ("binom-label", r"\binom{n}{n} = 1", "1", OK),
+    # sentences.py: one number in a sentence is its answer; several need an assertion
+    ("sentence-one-number", "The bakery sold 14 loaves.", "14", OK),
+    ("sentence-after-equals", "Kylie collects 20 + 5 = 25 shells", "25", OK),
+    (
+        "sentence-after-copula",
+        "The cost for the 36-minute call would be $8.00",
+        "8",
+        OK,
+    ),
+    ("sentence-number-word", "twenty-one loaves", "21", OK),
     # normalize.py: a degree outside a trig argument is a unit, dropped like one
     ("degrees-vs-number", r"90^\circ", "90", OK),
     ("degrees-vs-radians", r"90^\circ", r"\frac{\pi}{2}", NO),
@@ -380,6 +465,28 @@ POLICIES: list[Row] = [
 @pytest.mark.parametrize(("pred", "gold", "status"), _params(POLICIES))
 def test_red_team_policy_decisions(pred: str, gold: str, status: Status) -> None:
     verdict = grade_answer(pred, gold)
+    assert verdict.status is status, verdict.reason
+
+
+# rounding.py with GradeOptions(approximate=True): >= 3 significant digits, or 2 with
+# >= 2 decimals, correctly rounded
+APPROXIMATE_POLICIES: list[Row] = [
+    ("pi-hundredths", "3.14", r"\pi", OK),
+    ("third-hundredths", "0.33", r"\frac13", OK),
+    ("third-thousandths", "0.333", r"\frac13", OK),
+    ("ten-pi-tenths", "31.4", r"10\pi", OK),
+    ("root3-hundredths", "1.73", r"\sqrt3", OK),
+    ("twentyfourth-3dp", "0.042", r"\frac1{24}", OK),
+    ("twentyfourth-2dp", "0.04", r"\frac1{24}", NO),
+    ("sqrt2-tenths", "1.4", r"\sqrt2", NO),
+    ("rounded-gold", r"\frac{1}{3}", "0.33", OK),
+    ("coarse-gold", r"\pi", "3.1", NO),
+]
+
+
+@pytest.mark.parametrize(("pred", "gold", "status"), _params(APPROXIMATE_POLICIES))
+def test_red_team_approximate_option(pred: str, gold: str, status: Status) -> None:
+    verdict = grade_answer(pred, gold, options=GradeOptions(approximate=True))
     assert verdict.status is status, verdict.reason
 
 

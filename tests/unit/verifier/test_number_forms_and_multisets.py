@@ -1,5 +1,6 @@
-"""Review fixes: decimal commas, multisets, `#### 18`, full-width digits, |z| bands,
-and grouped assignments (each with its near misses)."""
+"""Number forms and collections (from review fixes): decimal commas, multisets,
+`#### 18`, full-width digits, |z| bands, and grouped assignments (each with its near
+misses)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Seed 001's 24 fixed cases: 6 normalization, 10 verification, 8 end-to-end.
+"""Answer and format as separate verdict fields: seed 001's 24 fixed cases (6
+normalization, 10 verification, 8 end-to-end).
 
 The seed judges answer and format separately: `correct` and `format_valid` are two
 fields, and "no answer" is distinct from "an answer we do not support".
@@ -39,7 +40,9 @@ VERIFICATION = [
     (r"\dfrac{1}{2}", "0.5", Status.CORRECT),
     ("(1,2,3)", "(1,2)", Status.WRONG),  # different part count
     ("(1, 2)", "[1,2]", Status.WRONG),  # the seed accepts; issue #2: point != interval
-    (r"\sqrt{2}", "1.41421356", Status.CORRECT),  # rounded gold, exact answer
+    # rounded gold, exact answer: wrong under the strict default (issue 10); correct
+    # with GradeOptions(approximate=True), see test_compare
+    (r"\sqrt{2}", "1.41421356", Status.WRONG),
     ("__import__(os)", "4", Status.UNSUPPORTED),  # never executed
     (r"\sin(0)", "0", Status.CORRECT),  # the seed refuses \sin; our whitelist has it
     (r"\int_0^1 x dx", "1/2", Status.UNSUPPORTED),  # outside the whitelist

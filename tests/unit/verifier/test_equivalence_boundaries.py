@@ -1,4 +1,4 @@
-"""Seed 002's decision-boundary checklist for an equivalence verifier."""
+"""Decision boundaries of equivalence (seed 002's checklist for a verifier)."""
 
 from __future__ import annotations
 
