@@ -237,12 +237,13 @@ def _read_delivery(
 ) -> tuple[bytes | None, str | None]:
     """The stored items (if by reference), and why this delivery needs no grading.
 
-    It needs none when it is a copy of a batch whose result is already stored (a
-    re-send after a slow or lost worker: acked, never graded twice), or of a job no
-    producer waits for (its job board entry, refreshed every second while its
-    producer waits, is gone: with its items, or past `ABANDONED_AFTER_S` in the
-    queue). Both used to be graded for nobody or to fail noisily. One round trip
-    when the broker and the result backend are one Redis.
+    It needs none when it is a copy of a batch whose result is stored (a re-send
+    after a slow or lost worker, the first copy already answered: acked, never
+    graded twice), or of a job no producer waits for (its job board entry,
+    refreshed every second while its producer waits, is gone: with its items, or
+    the message is older than `ABANDONED_AFTER_S`). Both used to be graded for
+    nobody or to fail noisily. One round trip when the broker and the result
+    backend are one Redis.
     """
     job_id = wire.get("job_id")
     job_id = job_id if isinstance(job_id, str) else None
@@ -266,9 +267,12 @@ def _read_delivery(
     if replies[0] == _SUCCESS_HEAD:
         return payload, "its result is already stored"
     if job_alive:
+        # Items gone while the job lives: `attach_items` fails the task at once,
+        # a signal for its producer to store them again with a re-send (a copy of
+        # a batch already answered ends there too: never graded twice).
         return payload, None
     if key is not None and not payload:
-        return payload, "its items and its job are gone (its producer finished or died)"
+        return payload, "its items and its job are gone (its producer ended)"
     enqueued_at = wire.get("enqueued_at")
     age_s = time.time() - enqueued_at if isinstance(enqueued_at, int | float) else 0
     if age_s > ABANDONED_AFTER_S:

@@ -203,3 +203,96 @@ def test_recovery_broker_out_of_memory_never_exits_zero_and_job_completes(
         f"{finished - events['freed']:.2f} s after memory was freed; "
         f"{restarts} worker restarts (exit status != 0)"
     )
+
+
+def test_recovery_worker_refused_by_broker_exits_non_zero(
+    restartable: Any, make_workers: Any
+) -> None:
+    # Given a broker user that may not touch Celery's mailbox keys
+    server = restartable()
+    admin = redis.Redis.from_url(server.url)
+    admin.execute_command(
+        "ACL", "SETUSER", "narrow", "on", ">narrow-pw", "~gradefleet*", "~_kombu.*"
+    )
+    admin.execute_command("ACL", "SETUSER", "narrow", "&*", "+@all")
+    url = f"redis://narrow@127.0.0.1:{server.port}/0"
+    # When a worker starts with it
+    worker = make_workers(url).start(
+        extra_env={"GRADEFLEET_REDIS_PASSWORD": "narrow-pw"}, wait=False
+    )
+    worker.proc.wait(timeout=60)
+    # Then it stops with a non-zero status and says why (it used to exit 0)
+    assert worker.proc.returncode == 1, worker.log()
+    assert "NoPermissionError" in worker.log()
+    assert "stopped by an unrecoverable error" in worker.log()
+
+
+def _graded_total(port: int) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    prefix = "gradefleet_rollouts_graded_total{"
+    return sum(
+        float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(prefix)
+    )
+
+
+def _publish(url: str, wire: Any, items_json: str, batch_id: str) -> None:
+    from celery import Celery
+
+    from workers.contract import GRADE_BATCH, QUEUE
+
+    redis.Redis.from_url(url).set(wire["items_key"], items_json, ex=600)
+    app = Celery("producer", broker=url, set_as_current=False)
+    try:
+        app.send_task(GRADE_BATCH, args=[wire], task_id=batch_id, queue=QUEUE)
+    finally:
+        app.close()
+
+
+def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
+    restartable: Any, make_workers: Any, tmp_path: Path
+) -> None:
+    # Given a worker, and a batch of 32 rollouts it has answered
+    from workers.contract import batch_to_wire, detach_items
+    from workers.models import GradeOptions
+    from workers.protocol import task_meta_key
+
+    server = restartable()
+    port = free_port()
+    env = {
+        **_NO_CACHE,
+        "GRADEFLEET_METRICS_PORT": str(port),
+        "GRADEFLEET_METRICS_DIR": str(tmp_path / "m"),
+    }
+    worker = make_workers(server.url).start(concurrency=1, extra_env=env)
+    items = [(n, r["response"], r["gold"]) for n, r in enumerate(_rollouts(32))]
+    wire, items_json = detach_items(
+        batch_to_wire(
+            job_id="j",
+            batch_id="j.0",
+            items=items,
+            options=GradeOptions(),
+            enqueued_at=time.time(),
+        )
+    )
+    client = redis.Redis.from_url(server.url)
+    _publish(server.url, wire, items_json, "j.0")
+    deadline = time.monotonic() + 60
+    while client.get(task_meta_key("j.0")) is None or b"SUCCESS" not in (
+        client.get(task_meta_key("j.0")) or b""
+    ):
+        assert time.monotonic() < deadline, worker.log()
+        time.sleep(0.05)
+    # When two more copies of it are delivered (re-sends after a lost worker)
+    _publish(server.url, wire, items_json, "j.0")
+    _publish(server.url, wire, items_json, "j.0")
+    while worker.log().count("acknowledged without grading") < 2:
+        assert time.monotonic() < deadline, worker.log()
+        time.sleep(0.05)
+    # Then they are acknowledged without grading: 32 rollouts graded in all, and
+    # no per-batch bookkeeping key is left
+    assert _graded_total(port) == 32
+    assert list(client.scan_iter(match="gradefleet:v1:attempts:*")) == []
+    assert list(client.scan_iter(match="gradefleet:v1:partial:*")) == []
