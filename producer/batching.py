@@ -1,10 +1,10 @@
-"""JSONL rollouts in and graded JSONL out: field aliases, line errors, chunking (pure).
+"""JSONL rollouts in and graded records out: line errors, chunking, output (pure).
 
-Input: one JSON object per line. The response is the first field present (and not
-null) among `RESPONSE_FIELDS`, the gold the first among `GOLD_FIELDS`; blank lines are
+Input: one JSON object per line; `producer.fields` says which fields hold the
+response(s) and gold(s) (a list of responses is one row per sample). Blank lines are
 skipped. A line that cannot be used becomes a `LineError` and every other line is still
-graded. Output: the input object plus `VERDICT_FIELDS` and `gradefleet_line` (the
-1-based input line number, so output can be joined back to input).
+graded. Output: the input object (one per sample) plus `VERDICT_FIELDS` and
+`gradefleet_line` (the 1-based input line number, so output can be joined back).
 """
 
 from __future__ import annotations
@@ -18,12 +18,24 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from fractions import Fraction
 from itertools import islice
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from producer.fields import (
+    GOLD_FIELDS,
+    LINE_FIELD,
+    RESPONSE_FIELDS,
+    FieldError,
+    FieldSpec,
+    resolve_golds,
+    resolve_samples,
+    sample_records,
+)
 from workers import models
-from workers.contract import text_error
 from workers.models import Status, Verdict
 
 __all__ = [
@@ -38,30 +50,24 @@ __all__ = [
     "atomic_output",
     "chunked",
     "dump_line",
+    "expand_records",
     "graded_record",
     "parse_line",
+    "parse_record",
+    "read_records",
     "read_rows",
+    "rows_from_record",
 ]
 
 T = TypeVar("T")
+DEFAULT_SPEC = FieldSpec()
 
-# Precedence is the tuple order: the first field present and not null wins.
-RESPONSE_FIELDS = ("response", "completion", "output", "solution_str")
-GOLD_FIELDS = (
-    "gold",
-    "ground_truth",
-    "answer",
-    "solution",
-    "expected_answer",
-    "reward_model.ground_truth",  # verl's nested layout
-)
-# The verdict fields written to each output line (the canonical forms stay internal).
+# The verdict fields written to each output line: the canonical answer too (`report`
+# votes over it for maj@k, so "1/2" and "0.5" count as one answer); the gold's
+# canonical form stays internal.
 VERDICT_FIELDS = tuple(
-    name
-    for name in models.VERDICT_FIELDS
-    if name not in {"canonical_pred", "canonical_gold"}
+    name for name in models.VERDICT_FIELDS if name != "canonical_gold"
 )
-LINE_FIELD = "gradefleet_line"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Longer lines are rejected without being held in memory (a CoT is ~1-20 KB).
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -75,6 +81,8 @@ class InputRow:
     response: str
     gold: str
     record: dict[str, Any]
+    # Further acceptable golds (a list-valued gold field): correct if any matches.
+    alt_golds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,63 +96,31 @@ class LineError:
         return f"line {self.line_no}: {self.reason}"
 
 
-def _lookup(record: Mapping[str, Any], path: str) -> Any:
-    value: Any = record
-    for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
-
-
-def _pick(record: Mapping[str, Any], fields: tuple[str, ...]) -> tuple[str, Any]:
-    for name in fields:
-        value = _lookup(record, name)
-        if value is not None:
-            return name, value
-    return "", None
-
-
-def _gold_text(value: Any) -> str | None:
-    # Numeric golds are common (`"answer": 18`); bools are not answers.
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
-def _row(record: dict[str, Any], line_no: int) -> InputRow | LineError:
-    name, response = _pick(record, RESPONSE_FIELDS)
-    if not name:
-        return LineError(
+def rows_from_record(
+    record: dict[str, Any], line_no: int, spec: FieldSpec = DEFAULT_SPEC
+) -> list[InputRow] | LineError:
+    """One row per sample of `record` (see `producer.fields`), or the line's error."""
+    try:
+        samples = resolve_samples(record, spec)
+        gold_field, golds = resolve_golds(record, spec)
+    except FieldError as exc:
+        return LineError(line_no=line_no, reason=str(exc))
+    return [
+        InputRow(
             line_no=line_no,
-            reason=f"no response field (one of {', '.join(RESPONSE_FIELDS)})",
+            response=text,
+            gold=golds[0],
+            alt_golds=tuple(golds[1:]),
+            record=sample_record,
         )
-    if not isinstance(response, str):
-        kind = type(response).__name__
-        return LineError(
-            line_no=line_no, reason=f"field {name!r} must be a string, not {kind}"
+        for text, sample_record in zip(
+            samples.texts, sample_records(record, samples, gold_field), strict=True
         )
-    name, gold = _pick(record, GOLD_FIELDS)
-    if not name:
-        return LineError(
-            line_no=line_no, reason=f"no gold field (one of {', '.join(GOLD_FIELDS)})"
-        )
-    gold_text = _gold_text(gold)
-    if gold_text is None:
-        kind = type(gold).__name__
-        return LineError(
-            line_no=line_no,
-            reason=f"field {name!r} must be a string or number, not {kind}",
-        )
-    if (error := text_error(response, gold_text)) is not None:
-        return LineError(line_no=line_no, reason=error)
-    return InputRow(line_no=line_no, response=response, gold=gold_text, record=record)
+    ]
 
 
-def parse_line(raw: bytes, line_no: int) -> InputRow | LineError | None:
-    """Parse one raw line (bytes, newline included or not); None for a blank line."""
+def parse_record(raw: bytes, line_no: int) -> dict[str, Any] | LineError | None:
+    """One raw JSONL line as an object, a LineError, or None for a blank line."""
     if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # a UTF-8 byte order mark some editors write
     try:
@@ -164,13 +140,25 @@ def parse_line(raw: bytes, line_no: int) -> InputRow | LineError | None:
     if not isinstance(record, dict):
         kind = type(record).__name__
         return LineError(line_no=line_no, reason=f"expected a JSON object, got {kind}")
-    return _row(record, line_no)
+    return record
 
 
-def read_rows(
+def parse_line(
+    raw: bytes, line_no: int, spec: FieldSpec = DEFAULT_SPEC
+) -> list[InputRow] | LineError | None:
+    """Parse one raw line (bytes, newline included or not) into one row per sample;
+    None for a blank line."""
+    record = parse_record(raw, line_no)
+    if record is None or isinstance(record, LineError):
+        return record
+    return rows_from_record(record, line_no, spec)
+
+
+def read_records(
     stream: IO[bytes], *, max_line_bytes: int = MAX_LINE_BYTES
-) -> Iterator[InputRow | LineError]:
-    """Yield a row or an error per non-blank line (streaming, bounded per line)."""
+) -> Iterator[tuple[int, dict[str, Any]] | LineError]:
+    """Yield `(line_no, object)` or an error per non-blank line (streaming, bounded
+    per line)."""
     line_no = 0
     while True:
         raw = stream.readline(max_line_bytes + 1)
@@ -184,9 +172,38 @@ def read_rows(
                 line_no=line_no, reason=f"line longer than {max_line_bytes} bytes"
             )
             continue
-        parsed = parse_line(raw, line_no)
-        if parsed is not None:
-            yield parsed
+        record = parse_record(raw, line_no)
+        if isinstance(record, LineError):
+            yield record
+        elif record is not None:
+            yield line_no, record
+
+
+def expand_records(
+    records: Iterable[tuple[int, dict[str, Any]] | LineError],
+    spec: FieldSpec = DEFAULT_SPEC,
+) -> Iterator[InputRow | LineError]:
+    """A row per sample of each record; errors pass through."""
+    for item in records:
+        if isinstance(item, LineError):
+            yield item
+            continue
+        rows = rows_from_record(item[1], item[0], spec)
+        if isinstance(rows, LineError):
+            yield rows
+        else:
+            yield from rows
+
+
+def read_rows(
+    stream: IO[bytes],
+    *,
+    spec: FieldSpec = DEFAULT_SPEC,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> Iterator[InputRow | LineError]:
+    """Yield a row per sample, or an error per unusable non-blank line (streaming,
+    bounded per line)."""
+    return expand_records(read_records(stream, max_line_bytes=max_line_bytes), spec)
 
 
 def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -208,6 +225,18 @@ def graded_record(row: InputRow, verdict: Verdict) -> dict[str, Any]:
     return record
 
 
+def _json_default(value: object) -> object:
+    # Values JSON has no type for, as Parquet input brings them (decimal, timestamp,
+    # binary columns): written as text rather than failing the whole file.
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal | Fraction | timedelta):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _escape_surrogate(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
@@ -221,7 +250,10 @@ def dump_line(record: Mapping[str, Any]) -> str:
     ever sit inside JSON strings, so the escape keeps the line valid JSON.
     """
     return (
-        _LONE_SURROGATE.sub(_escape_surrogate, json.dumps(record, ensure_ascii=False))
+        _LONE_SURROGATE.sub(
+            _escape_surrogate,
+            json.dumps(record, ensure_ascii=False, default=_json_default),
+        )
         + "\n"
     )
 
@@ -269,8 +301,11 @@ class Summary:
     format_valid: int = 0
     cached: int = 0
     input_errors: int = 0
+    resumed: int = 0
     wall_s: float = 0.0
     statuses: Counter[str] = field(default_factory=Counter)
+    # Input lines of rows written as `timeout` because the deadline passed first.
+    late_lines: list[int] = field(default_factory=list)
 
     def add(self, verdict: Verdict) -> None:
         self.graded += 1
@@ -292,6 +327,7 @@ class Summary:
         rows += [
             ("cache hit rate", _rate(self.cached, n)),
             ("input errors", f"{self.input_errors:,}"),
+            *([("resumed from output", f"{self.resumed:,}")] if self.resumed else []),
             ("throughput", throughput),
             ("wall time", f"{self.wall_s:.2f} s"),
         ]

@@ -9,44 +9,47 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 
-from producer.batching import (
-    InputRow,
-    LineError,
-    Summary,
-    atomic_output,
-    chunked,
-    dump_line,
-    graded_record,
-    read_rows,
-)
+from producer.batching import InputRow
 from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
+from producer.fields import FieldSpec, alias_table_text
 from producer.grader import Grader, open_grader
+from producer.report_cli import (
+    audit,
+    check_broker_url,
+    check_output_path,
+    diff,
+    report,
+    response_gold_options,
+    write_grade_report,
+)
 from producer.serve_cli import serve
 from producer.settings import ProducerSettings, default_cache_dir
+from producer.signals import exit_on_signals
 from producer.status import read_fleet_status
+from producer.sweep import (
+    Progress,
+    deadline_error,
+    deadline_verdict,
+    grade_file,
+)
+from producer.watchdog import NoWorkerWatch
+from workers import __version__
 from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
 from workers.signing import Keyring, keyring_from_env
-from workers.sizing import CHUNK_ROWS, LOCAL_BATCH_SIZE
+from workers.sizing import LOCAL_BATCH_SIZE
 from workers.urls import connect_url, read_secret
-
-if TYPE_CHECKING:
-    from click._termui_impl import ProgressBar
 
 __all__ = ["cli", "main"]
 
-MAX_ERRORS_SHOWN = 20
 _DEFAULTS = ProducerSettings()
-
-Progress = Callable[[int], None]
-GradeRows = Callable[[Sequence[InputRow], Progress], list[Verdict]]
 
 
 class _CliGroup(click.Group):
@@ -57,6 +60,8 @@ class _CliGroup(click.Group):
             return super().invoke(ctx)
         except ProducerError as exc:
             _exit_one_line(ctx, exc, exc.exit_code)
+        except BrokenPipeError:
+            raise  # `| head` closed stdout: click's main exits 1 quietly
         except (GraderError, OSError) as exc:
             # The local pool could not start, the disk is full, ...: no traceback.
             _exit_one_line(ctx, exc, ProducerError.exit_code)
@@ -69,26 +74,55 @@ def _exit_one_line(ctx: click.Context, exc: BaseException, exit_code: int) -> No
 
 
 @click.group(cls=_CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="gradefleet")
 def cli() -> None:
     """Grade LLM math rollouts: locally (embedded mode) or on a Celery fleet."""
+
+
+def _watch(url: str | None) -> AbstractContextManager[NoWorkerWatch | None]:
+    """On a fleet, a warning within seconds while no worker is alive."""
+    if url and url.startswith(("redis://", "rediss://", "unix://")):
+        return NoWorkerWatch(url)
+    return nullcontext()
 
 
 class _ChunkGrader:
     """Grades the file's chunks through one `Grader`; --deadline-s bounds the whole
     command, so each chunk gets what is left of it."""
 
-    def __init__(self, grader: Grader, deadline_s: float) -> None:
+    def __init__(
+        self, grader: Grader, deadline_s: float, watch: NoWorkerWatch | None
+    ) -> None:
         self._grader = grader
         self._deadline_s = deadline_s
         self._started_s = time.monotonic()
+        self._watch = watch
 
     def __call__(
         self, rows: Sequence[InputRow], on_progress: Progress
     ) -> list[Verdict]:
+        # What has not arrived by the deadline is written as a `timeout` stand-in.
         left_s = self._deadline_s - (time.monotonic() - self._started_s)
         if left_s <= 0:
-            raise DeadlinePassedError(f"deadline of {self._deadline_s:g} s passed")
-        return self._grader.grade(rows, on_progress=on_progress, deadline_s=left_s)
+            on_progress(len(rows))
+            return [deadline_verdict()] * len(rows)
+        try:
+            verdicts = self._grader.grade(
+                rows, on_progress=self._progress(on_progress), deadline_s=left_s
+            )
+        except DeadlinePassedError as exc:
+            arrived = exc.partial or [None] * len(rows)
+            on_progress(sum(v is None for v in arrived))
+            return [deadline_verdict() if v is None else v for v in arrived]
+        return verdicts
+
+    def _progress(self, on_progress: Progress) -> Progress:
+        def advance(count: int) -> None:
+            if self._watch is not None:
+                self._watch.progress()
+            on_progress(count)
+
+        return advance
 
 
 def _connect_url(url: str) -> str:
@@ -110,83 +144,10 @@ def _keyring() -> Keyring | None:
         raise click.BadParameter(str(exc), param_hint="GRADEFLEET_SIGNING_KEY") from exc
 
 
-def _count_rows(path: str) -> int | None:
-    """Non-blank lines of a regular file (the progress bar's length), else None."""
-    if path == "-" or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
-@contextmanager
-def _progress(total: int | None, enabled: bool) -> Iterator[Progress]:
-    if not enabled:
-        yield lambda _n: None
-        return
-    bar: ProgressBar[int] = click.progressbar(
-        length=total, label="grading", file=sys.stderr, show_pos=True, width=30
-    )
-    with bar:
-        yield bar.update
-
-
-@contextmanager
-def _open_input(path: str) -> Iterator[IO[bytes]]:
-    if path == "-":
-        yield sys.stdin.buffer
-        return
-    with open(path, "rb") as handle:
-        yield handle
-
-
-class _ErrorReport:
-    """Prints the first malformed lines to stderr and counts the rest."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.count = 0
-
-    def __call__(self, error: LineError) -> None:
-        self.count += 1
-        if self.count <= MAX_ERRORS_SHOWN:
-            click.echo(f"gradefleet: {self.source}: {error}", err=True)
-
-    def finish(self) -> None:
-        hidden = self.count - MAX_ERRORS_SHOWN
-        if hidden > 0:
-            click.echo(f"gradefleet: ... and {hidden} more malformed lines", err=True)
-
-
-def _grade_file(
-    input_path: str, output_path: str, grade_rows: GradeRows, show_progress: bool
-) -> Summary:
-    summary = Summary()
-    errors = _ErrorReport("<stdin>" if input_path == "-" else input_path)
-    total = _count_rows(input_path) if show_progress else None
-    with (
-        _open_input(input_path) as stream,
-        atomic_output(output_path) as out,
-        _progress(total, show_progress) as advance,
-    ):
-        for chunk in chunked(read_rows(stream), CHUNK_ROWS):
-            rows = [row for row in chunk if isinstance(row, InputRow)]
-            for bad in chunk:
-                if isinstance(bad, LineError):
-                    errors(bad)
-                    advance(1)
-            verdicts = grade_rows(rows, advance) if rows else []
-            for row, verdict in zip(rows, verdicts, strict=True):
-                out.write(dump_line(graded_record(row, verdict)))
-                summary.add(verdict)
-    errors.finish()
-    summary.input_errors = errors.count
-    return summary
-
-
-@cli.command()
+@cli.command(epilog="Field aliases, first present wins:\n\n" + alias_table_text())
 @click.argument(
     "input_path",
-    metavar="INPUT.jsonl",
+    metavar="INPUT",
     type=click.Path(exists=True, dir_okay=False, allow_dash=True),
 )
 @click.option(
@@ -194,17 +155,33 @@ def _grade_file(
     "--output",
     "output_path",
     required=True,
-    metavar="OUTPUT.jsonl",
+    metavar="OUTPUT",
     type=click.Path(dir_okay=False, allow_dash=True),
-    help="Where graded lines go (- for stdout); written atomically.",
+    help="Where graded rows go: JSONL, or Parquet if it ends in .parquet "
+    "(- for stdout); written atomically.",
 )
 @click.option(
     "--broker",
     envvar="GRADEFLEET_BROKER_URL",
     show_envvar=True,
     metavar="URL",
+    callback=check_broker_url,
     help="Redis URL of a gradefleet fleet. Unset: embedded mode on this machine. "
     "A password goes in GRADEFLEET_REDIS_PASSWORD(_FILE), not in the URL.",
+)
+@response_gold_options
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Reuse the final verdicts already in OUTPUT (same input); grade the rest "
+    "and the timeout/error ones.",
+)
+@click.option(
+    "--report",
+    "report_path",
+    metavar="REPORT.json",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Also write `gradefleet report --json` of the output there.",
 )
 @click.option(
     "--batch-size",
@@ -221,7 +198,8 @@ def _grade_file(
     default=_DEFAULTS.deadline_s,
     envvar="GRADEFLEET_DEADLINE_S",
     show_default=True,
-    help="Fail (exit 6) if grading takes longer.",
+    help="Results not graded by then are written as `timeout` (their input lines "
+    "on stderr) and the exit code is 6; --resume grades just those later.",
 )
 @click.option(
     "--processes",
@@ -286,20 +264,21 @@ def grade(
     no_fallback: bool,
     priority: str,
     quiet: bool,
+    response_field: str | None,
+    gold_field: str | None,
+    resume: bool,
+    report_path: str | None,
 ) -> None:
-    """Grade every rollout of INPUT.jsonl; write OUTPUT.jsonl in the same order.
+    """Grade every rollout of INPUT; write OUTPUT in the same order.
 
-    Each input line is a JSON object with a response (`response`, or `completion`,
-    `output`, `solution_str`) and a gold answer (`gold`, or `ground_truth`, `answer`,
-    `solution`, `expected_answer`, `reward_model.ground_truth`); the first field
-    present wins. Each output line is the input object plus the verdict fields and
-    `gradefleet_line` (the input line number). Malformed lines are reported on stderr
-    and left out of the output; the exit code is then 3.
+    INPUT is JSONL (lm-eval's samples_*.jsonl too), Parquet (verl's layout) or an
+    Inspect .eval log, told apart by content. Each record has a response and a gold
+    (aliases below; a list of responses is one rollout per sample, with
+    `sample_idx`; a list of golds means any of them). Each output row is the input
+    object plus the verdict fields and `gradefleet_line` (the input line number).
+    Malformed lines are reported on stderr and left out; the exit code is then 3.
     """
-    if output_path != "-" and not Path(output_path).absolute().parent.is_dir():
-        raise click.BadParameter(
-            f"directory of {output_path!r} does not exist", param_hint="'-o'"
-        )
+    check_output_path(input_path, output_path)
     settings = ProducerSettings(
         broker_url=_connect_url(broker) if broker else None,
         batch_size=batch_size,
@@ -313,13 +292,28 @@ def grade(
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     started_s = time.monotonic()
-    with open_grader(settings.broker_url, options=options, settings=settings) as grader:
+    spec = FieldSpec(response=response_field, gold=gold_field)
+    with (
+        open_grader(settings.broker_url, options=options, settings=settings) as grader,
+        _watch(settings.broker_url) as watch,
+    ):
         show_progress = not quiet and sys.stderr.isatty()
-        grade_rows = _ChunkGrader(grader, settings.deadline_s)
-        summary = _grade_file(input_path, output_path, grade_rows, show_progress)
+        grade_rows = _ChunkGrader(grader, settings.deadline_s, watch)
+        summary = grade_file(
+            input_path,
+            output_path,
+            grade_rows,
+            spec=spec,
+            show_progress=show_progress,
+            resume=resume,
+        )
     summary.wall_s = time.monotonic() - started_s
     if not quiet:
         click.echo(summary.render(), err=True, nl=False)
+    if report_path is not None:
+        write_grade_report(output_path, report_path, spec)
+    if summary.late_lines:
+        raise deadline_error(summary)
     if summary.input_errors:
         raise MalformedInputError(
             f"{summary.input_errors} malformed input line(s) left out; "
@@ -392,9 +386,13 @@ def status(
     click.echo(fleet.to_json() if as_json else fleet.render())
 
 
+cli.add_command(report)
+cli.add_command(diff)
+cli.add_command(audit)
 cli.add_command(serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point (`gradefleet = "producer.cli:main"`)."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="gradefleet")
+    with exit_on_signals():
+        cli.main(args=list(argv) if argv is not None else None, prog_name="gradefleet")

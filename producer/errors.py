@@ -2,8 +2,10 @@
 
     ProducerError                          exit 1  anything else the producer refuses
     ├── InvalidRolloutError (ValueError)   exit 4  a rollout without response/gold text
-    │   └── MalformedInputError            exit 3  some input lines were malformed (the
-    │                                              others were graded and written)
+    │   ├── MalformedInputError            exit 3  some input lines were malformed (the
+    │   │                                          others were graded and written)
+    │   └── InputFormatError               exit 4  a file cannot be read (or written) in
+    │                                              the format it has (Parquet, .eval)
     ├── BrokerUnavailableError             exit 5  the broker (Redis) cannot be reached
     └── DeadlinePassedError (TimeoutError) exit 6  results did not all arrive in time
 
@@ -12,7 +14,10 @@ Exit code 2 is click's own "usage error" (bad option, missing file).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from workers.models import Verdict
 
 
 class ProducerError(Exception):
@@ -43,3 +48,14 @@ class DeadlinePassedError(ProducerError, TimeoutError):
     """The job's deadline passed before every result arrived."""
 
     exit_code: ClassVar[int] = 6
+
+    def __init__(self, message: str, *, partial: list[Verdict | None] | None = None):
+        super().__init__(message)
+        # What did arrive, by input index (None: missing), when the grader knows.
+        self.partial = partial
+
+
+class InputFormatError(InvalidRolloutError):
+    """A file is not readable (or writable) as the format it looks like."""
+
+    exit_code: ClassVar[int] = 4

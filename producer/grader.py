@@ -26,7 +26,7 @@ from producer.errors import DeadlinePassedError, ProducerError
 from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
 from workers.lanes import INTERACTIVE
-from workers.models import GradeOptions, RolloutLike, Verdict
+from workers.models import GradeOptions, Rollout, RolloutLike, Verdict
 
 __all__ = [
     "Grader",
@@ -194,7 +194,10 @@ class _EmbeddedGrader(GraderBase):
     ) -> list[Verdict]:
         from workers.errors import DeadlineError
 
-        validate_rollouts(rollouts)
+        triples = validate_rollouts(rollouts)
+        if not all(isinstance(getattr(r, "gold", None), str) for r in rollouts):
+            # Numeric golds (and mappings) become text rollouts, as on the fleet.
+            rollouts = [Rollout(response=r, gold=g) for _, r, g in triples]
         done = 0
 
         def advance(done_in_call: int) -> None:  # the pool reports a running total
@@ -211,7 +214,7 @@ class _EmbeddedGrader(GraderBase):
                 deadline_at=_deadline_at(deadline_s),
             )
         except DeadlineError as exc:
-            raise DeadlinePassedError(str(exc)) from exc
+            raise DeadlinePassedError(str(exc), partial=exc.partial) from exc
 
     def close(self) -> None:
         self._pool.close()
@@ -243,10 +246,14 @@ class _FleetGrader(GraderBase):
     ) -> list[Verdict]:
         job = self._client.submit(rollouts, deadline_s=deadline_s)
         verdicts: list[Verdict | None] = [None] * len(rollouts)
-        for index, verdict in job.as_completed():
-            verdicts[index] = verdict
-            if on_progress is not None:
-                on_progress(1)
+        try:
+            for index, verdict in job.as_completed():
+                verdicts[index] = verdict
+                if on_progress is not None:
+                    on_progress(1)
+        except DeadlinePassedError as exc:
+            exc.partial = verdicts  # the caller may keep what did arrive
+            raise
         # as_completed() ends only once every index has a verdict (else it raises).
         return [v for v in verdicts if v is not None]
 

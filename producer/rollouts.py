@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from producer.errors import InvalidRolloutError
 from workers.contract import text_error
+from workers.models import exact_gold_text
 
 __all__ = ["validate_rollouts"]
 
@@ -26,8 +27,18 @@ def _texts(rollout: object, index: int) -> tuple[str, str]:
         raise InvalidRolloutError(
             f"rollout {index}: expected Rollout or mapping, got {kind}"
         )
-    if not isinstance(response, str) or not isinstance(gold, str):
-        raise InvalidRolloutError(f"rollout {index}: response and gold must be strings")
+    if not isinstance(response, str):
+        kind = type(response).__name__
+        raise InvalidRolloutError(
+            f"rollout {index}: field 'response' must be a string, not {kind}"
+        )
+    try:
+        gold = exact_gold_text(gold)  # a number is as good a gold as its text
+    except TypeError:
+        kind = type(gold).__name__
+        raise InvalidRolloutError(
+            f"rollout {index}: field 'gold' must be a string or number, not {kind}"
+        ) from None
     if (error := text_error(response, gold)) is not None:
         raise InvalidRolloutError(f"rollout {index}: {error}")
     return response, gold

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from producer.batching import GOLD_FIELDS, RESPONSE_FIELDS, InputRow, _row
+from producer.batching import GOLD_FIELDS, RESPONSE_FIELDS, InputRow, rows_from_record
+from producer.fields import lookup
 from workers.models import GradeOptions
 
 __all__ = [
@@ -76,9 +77,16 @@ class RolloutIn(BaseModel):
         # same rollouts and say the same thing about the others.
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        row = _row(data, 0)
-        if not isinstance(row, InputRow):
-            raise ValueError(row.reason)
+        rows = rows_from_record(data, 0)
+        if not isinstance(rows, list):
+            raise ValueError(rows.reason)
+        for name in (*RESPONSE_FIELDS, *GOLD_FIELDS):
+            if isinstance(lookup(data, name), list):  # the CLI's samples and golds
+                raise ValueError(
+                    f"field {name!r} must be a string or number, not list "
+                    "(one response and one gold per item)"
+                )
+        row = rows[0]
         model: RolloutIn = handler(data)
         model._row = row
         return model
@@ -88,9 +96,10 @@ class RolloutIn(BaseModel):
         return self._row.response, self._row.gold
 
 
-assert set(RESPONSE_FIELDS) | {f.split(".")[0] for f in GOLD_FIELDS} <= set(
-    RolloutIn.model_fields
-)
+# Every declared field is one of the CLI's aliases (the others arrive as extras).
+assert set(RolloutIn.model_fields) <= set(RESPONSE_FIELDS) | {
+    f.split(".")[0] for f in GOLD_FIELDS
+}
 
 
 class GradeRequest(BaseModel):

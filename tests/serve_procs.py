@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,15 +14,10 @@ from pathlib import Path
 
 import httpx
 
+from tests.helpers import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _READY_DEADLINE_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -312,12 +312,18 @@ CREATE TABLE IF NOT EXISTS results (
     expires_at REAL NOT NULL
 )
 """
+# Purging walks entries by age, so it needs them ordered by expiry.
+_INDEX = "CREATE INDEX IF NOT EXISTS results_expires_at ON results (expires_at)"
 
 
 class SqliteResultCache:
     """Results in a local SQLite file (WAL; several processes may read and write).
 
     Each process opens its own connection lazily (a connection must not cross a fork).
+
+    Bounded by age and size, as it runs: after every `purge_every` rows it stores, a
+    process deletes the expired rows and, past `max_rows`, the oldest ones (about
+    400 bytes a row: the default 1,000,000 rows is some 400 MB of disk).
 
     Raises:
         CacheError: on any SQLite error.
@@ -328,11 +334,18 @@ class SqliteResultCache:
         path: Path | str,
         *,
         ttl_s: float = 30 * 86_400,
+        max_rows: int = 1_000_000,
+        purge_every: int = 10_000,
         busy_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if max_rows < 1 or purge_every < 1:
+            raise ValueError("max_rows and purge_every must be >= 1")
         self._path = Path(path)
         self._ttl_s = ttl_s
+        self._max_rows = max_rows
+        self._purge_every = purge_every
+        self._stored_since_purge = 0
         self._busy_timeout_s = busy_timeout_s
         self._clock = clock
         self._conn: sqlite3.Connection | None = None
@@ -377,6 +390,9 @@ class SqliteResultCache:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+        self._stored_since_purge += len(rows)
+        if self._stored_since_purge >= self._purge_every:
+            self.purge()
 
     def purge_expired(self) -> int:
         """Delete expired rows; returns how many."""
@@ -385,6 +401,22 @@ class SqliteResultCache:
                 "DELETE FROM results WHERE expires_at <= ?", (self._clock(),)
             )
             return cursor.rowcount
+
+    def purge(self) -> int:
+        """Delete expired rows, then the oldest beyond `max_rows`; returns how many."""
+        self._stored_since_purge = 0
+        deleted = self.purge_expired()
+        with self._errors("purge"):
+            conn = self._connection()
+            (rows,) = conn.execute("SELECT COUNT(*) FROM results").fetchone()
+            if rows > self._max_rows:
+                cursor = conn.execute(
+                    "DELETE FROM results WHERE key IN (SELECT key FROM results"
+                    " ORDER BY expires_at LIMIT ?)",
+                    (rows - self._max_rows,),
+                )
+                deleted += cursor.rowcount
+        return deleted
 
     def close(self) -> None:
         if self._conn is not None and self._conn_pid == os.getpid():
@@ -417,6 +449,7 @@ class SqliteResultCache:
                 if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                     conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(_SCHEMA)
+                conn.execute(_INDEX)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:

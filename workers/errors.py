@@ -11,6 +11,11 @@ GraderError
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workers.models import Verdict
+
 
 class GraderError(Exception):
     """Base class of every error raised by the `workers` package."""
@@ -34,6 +39,13 @@ class CacheError(GraderError):
 
 class DeadlineError(GraderError, TimeoutError):
     """A grading call's deadline passed before every item had a verdict."""
+
+    def __init__(
+        self, message: str, *, partial: list[Verdict | None] | None = None
+    ) -> None:
+        super().__init__(message)
+        # The verdicts that were ready, by item index (None: not graded in time).
+        self.partial = partial
 
 
 class MetricsSetupError(GraderError):

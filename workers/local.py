@@ -121,7 +121,8 @@ def _check_deadline(deadline_at: float | None, job: _Job) -> None:
     if deadline_at is not None and time.monotonic() >= deadline_at:
         missing = sum(verdict is None for verdict in job.verdicts)
         raise DeadlineError(
-            f"deadline passed with {missing} of {len(job.verdicts)} items ungraded"
+            f"deadline passed with {missing} of {len(job.verdicts)} items ungraded",
+            partial=list(job.verdicts),
         )
 
 

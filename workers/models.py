@@ -8,9 +8,12 @@ SymPy, Celery or Redis.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
+from fractions import Fraction
 from typing import Any, Protocol, TypeVar
 
 _E = TypeVar("_E", bound=StrEnum)
@@ -197,3 +200,26 @@ PER_RESPONSE_FIELDS = ("format_valid", "extracted", "extraction_method")
 ANSWER_FIELDS = tuple(
     name for name in VERDICT_FIELDS if name not in {*PER_RESPONSE_FIELDS, "cached"}
 )
+
+
+def exact_gold_text(value: object) -> str:
+    """A gold answer as exact text: str as is, int/Decimal/Fraction/float exactly.
+
+    A float is written as its shortest round-trip repr (`0.1` -> "0.1"), so the text
+    is the number the caller wrote. Callers pass golds from JSON, Parquet or code, and
+    a number is as good a gold as its text.
+
+    Raises:
+        TypeError: bool, None, a non-finite float, or any other type.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise TypeError("a bool is not a gold answer")
+    if isinstance(value, int | Fraction):
+        return str(value)
+    if isinstance(value, Decimal) and value.is_finite():
+        return format(value, "f")
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    raise TypeError(f"gold must be str or a finite number, not {type(value).__name__}")

@@ -121,22 +121,34 @@ def test_cli_status_shows_queue_depth_and_live_workers(
     assert "rollouts: correct" in table.stdout
 
 
-def test_cli_grade_deadline_without_workers_exits_6(
+def test_cli_grade_deadline_without_workers_writes_timeouts_and_exits_6(
     redis_server: str, tmp_path: Path
 ) -> None:
     # Given a reachable broker but no worker to consume
     assert _status(redis_server)["workers"] == [], "a worker is still running"
     source = tmp_path / "in.jsonl"
-    source.write_text('{"response": "\\\\boxed{1}", "gold": "1"}\n')
+    source.write_text(
+        '{"response": "\\\\boxed{1}", "gold": "1"}\n\n'
+        '{"response": ["\\\\boxed{2}", "\\\\boxed{3}"], "gold": "2"}\n'
+    )
     out = tmp_path / "out.jsonl"
-    # When grading with a 1 s deadline
+    # When grading with a 3 s deadline
     args = ["grade", str(source), "-o", str(out), "--broker", redis_server]
-    result = CliRunner().invoke(cli, [*args, "--deadline-s", "1"])
-    # Then it fails with exit 6 naming what is missing, and writes no output
+    result = CliRunner().invoke(cli, [*args, "--deadline-s", "3"])
+    # Then a warning says within seconds that nobody is working
+    assert "no live worker answers" in result.stderr
+    # and it exits 6 naming the input lines, having written every row as timeout
     assert result.exit_code == 6, result.output
-    assert "deadline passed" in result.stderr
-    assert "missing indexes: 0" in result.stderr
-    assert not out.exists()
+    assert "did not arrive by the deadline" in result.stderr
+    assert "input lines 1, 3" in result.stderr
+    rows = _read_jsonl(out)
+    assert [(r[LINE_FIELD], r.get("sample_idx")) for r in rows] == [
+        (1, None),
+        (3, 0),
+        (3, 1),
+    ]
+    assert {r["status"] for r in rows} == {"timeout"}
+    assert [p.name for p in tmp_path.iterdir()] == ["in.jsonl", "out.jsonl"]
 
 
 def test_cli_fleet_grade_lone_surrogate_is_escaped_and_every_line_kept(

@@ -7,6 +7,7 @@ exactly the order of the "received" lines in its log.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from producer.aio import AsyncGradingClient
 from producer.cli import cli
 from producer.client import GradingClient, Rollout
 from producer.job import DEADLINE_REASON
@@ -23,7 +25,7 @@ from tests.hooks import HANG
 from workers import verifier
 from workers.contract import batch_items_key
 from workers.lanes import BULK, INTERACTIVE, queue_for
-from workers.models import Status
+from workers.models import Status, Verdict
 
 pytestmark = pytest.mark.integration
 
@@ -160,6 +162,13 @@ def test_lanes_node_dedicated_to_bulk_serves_the_cli_default(
     done = CliRunner().invoke(cli, [*args, "--deadline-s", "60", "-q"])
     assert done.exit_code == 0, done.output
     assert len(out.read_text().splitlines()) == 20
+
+    # The asyncio client sends a job to the lane it is told
+    async def bulk_job() -> list[Verdict]:
+        async with AsyncGradingClient(own_redis) as client:
+            return await client.grade([Rollout("\\boxed{2}", "2")], priority=BULK)
+
+    assert [v.correct for v in asyncio.run(bulk_job())] == [True]
     # The same rollouts as interactive work find no worker on this node.
     with GradingClient(own_redis, on_deadline="timeout", deadline_s=1.0) as client:
         verdicts = client.grade([Rollout("\\boxed{1}", "1")])

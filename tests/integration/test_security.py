@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,16 +21,11 @@ from celery import Celery
 from click.testing import CliRunner
 
 from producer.cli import cli
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "s3cret-pa55"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -67,7 +61,7 @@ def test_security_metrics_endpoint_loopback_metrics_path_only_no_hvals(
 ) -> None:
     # Given a worker with a metrics port and no bind address set, on its own Redis
     url = start_redis_server()
-    port = _free_port()
+    port = free_port()
     env = {
         "GRADEFLEET_METRICS_PORT": str(port),
         "GRADEFLEET_METRICS_DIR": str(tmp_path / "m"),
@@ -97,7 +91,7 @@ def test_security_metrics_addr_option_binds_all_interfaces(
 ) -> None:
     # Given a worker told to serve metrics to other machines (as the image does)
     url = start_redis_server()
-    port = _free_port()
+    port = free_port()
     env = {
         "GRADEFLEET_METRICS_PORT": str(port),
         "GRADEFLEET_METRICS_ADDR": "0.0.0.0",
@@ -185,7 +179,7 @@ def test_security_password_from_file_and_env_never_printed(
 )
 def test_security_password_in_url_is_redacted_in_errors(url: str) -> None:
     # Given a broker URL that carries a password, to a port where nothing listens
-    broker = url.format(port=_free_port())
+    broker = url.format(port=free_port())
     # When grade and status fail to reach it
     runner = CliRunner()
     graded = runner.invoke(cli, ["grade", "-", "-o", "-", "--broker", broker], "")
@@ -215,7 +209,7 @@ def tls_redis(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         check=True,
         capture_output=True,
     )
-    port = _free_port()
+    port = free_port()
     args = ["redis-server", "--port", "0", "--tls-port", str(port), "--save", ""]
     args += ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
     args += ["--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]

@@ -16,23 +16,19 @@ from click.testing import CliRunner
 from producer.cli import cli
 from producer.client import GradingClient
 from producer.grading import CoalescingGrader
+from tests.helpers import qwen_groups
 from tests.hooks import HANG
 from tests.serve_procs import ServeProcess, post_json_many, start_serve
 from workers.models import Verdict
 
 pytestmark = pytest.mark.integration
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 TOKEN = "s3cret-token-for-tests"
 
 
 def real_rollouts(limit: int) -> list[dict[str, str]]:
-    out = []
-    with (DATA / "qwen25math_math_cot_100.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            out += [{"response": code, "gold": record["gt"]} for code in record["code"]]
-    return out[:limit]
+    rollouts = [r for group in qwen_groups() for r in group][:limit]
+    return [{"response": r.response, "gold": r.gold} for r in rollouts]
 
 
 def comparable(verdict: Verdict | dict[str, object]) -> dict[str, object]:

@@ -29,7 +29,11 @@ from workers.models import ExtractionMethod, Status, Verdict, VerifyMethod
 
 
 def _parse(obj: object, line_no: int = 1) -> InputRow | LineError | None:
-    return parse_line(json.dumps(obj).encode(), line_no)
+    parsed = parse_line(json.dumps(obj).encode(), line_no)
+    if isinstance(parsed, list):
+        assert len(parsed) == 1
+        return parsed[0]
+    return parsed
 
 
 # --- alias resolution: (record, expected response, expected gold) ---
@@ -87,12 +91,15 @@ MALFORMED = [
     (b'"just a string"', "expected a JSON object, got str"),
     (b'{"gold": "g"}', "no response field"),
     (b'{"response": "r"}', "no gold field"),
-    (b'{"response": 3, "gold": "g"}', "'response' must be a string, not int"),
+    (b'{"response": 3, "gold": "g"}', "'response' must be a string or a list, not int"),
     (b'{"response": "r", "gold": true}', "'gold' must be a string or number, not bool"),
     (
-        b'{"response": "r", "gold": ["a"]}',
-        "'gold' must be a string or number, not list",
+        b'{"response": "r", "gold": [{}]}',
+        "'gold' must be a string or number, not dict",
     ),
+    (b'{"response": "r", "gold": []}', "'gold' is an empty list"),
+    (b'{"response": [], "gold": "g"}', "'response' is an empty list"),
+    (b'{"response": ["a", 3], "gold": "g"}', "'response'[1] must be a string"),
     (
         b'{"response": "r", "reward_model": {"ground_truth": {}}}',
         "'reward_model.ground_truth'",
@@ -183,7 +190,8 @@ def test_batching_graded_record_is_input_plus_verdict_fields() -> None:
     assert record["status"] == "correct"  # verdict fields win over input fields
     assert record[LINE_FIELD] == 9
     assert record["extraction_method"] == "boxed"
-    assert "canonical_pred" not in record
+    assert record["canonical_pred"] == _verdict().canonical_pred
+    assert "canonical_gold" not in record
     assert row.record == {"id": "a", "status": "mine"}  # the input is not mutated
 
 

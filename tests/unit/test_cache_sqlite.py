@@ -151,3 +151,35 @@ def test_cache_sqlite_many_processes_opening_a_new_file_at_once(tmp_path: Path) 
         go.touch()
         exit_codes = [proc.wait(timeout=60) for proc in procs]
         assert exit_codes == [0, 0, 0, 0]
+
+
+def _rows(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        (count,) = conn.execute("SELECT COUNT(*) FROM results").fetchone()
+    return int(count)
+
+
+def test_sqlite_cache_is_bounded_by_size_as_it_runs(tmp_path: Path) -> None:
+    # Given a cache of at most 100 rows that purges every 50 rows it stores
+    clock = FakeClock()
+    path = tmp_path / "c.sqlite3"
+    cache = SqliteResultCache(path, max_rows=100, purge_every=50, clock=clock)
+    # When 1,000 entries are stored, one second apart
+    for n in range(1_000):
+        clock.now_s += 1
+        cache.set_many({f"k{n}": ENTRY})
+    # Then the file holds at most 100 + 50 rows, and the newest ones
+    assert _rows(path) <= 150
+    assert cache.get_many(["k999"]) != {}
+    assert cache.get_many(["k0", "k500"]) == {}
+
+
+def test_sqlite_cache_purges_expired_rows_as_it_runs(tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = tmp_path / "c.sqlite3"
+    cache = SqliteResultCache(path, ttl_s=10, purge_every=5, clock=clock)
+    cache.set_many({f"old{n}": ENTRY for n in range(4)})
+    clock.now_s += 11  # the four are expired, still on disk
+    assert _rows(path) == 4
+    cache.set_many({"new": ENTRY})  # the fifth row stored: a purge
+    assert _rows(path) == 1

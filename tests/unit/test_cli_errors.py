@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import socket
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,11 @@ from producer.errors import (
     ProducerError,
 )
 from producer.settings import ProducerSettings, default_cache_dir
+from tests.helpers import free_port
 
 
 def _closed_port_url() -> str:
-    # Bind then close: nothing listens on this port for the test's lifetime.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"redis://:s3cret@127.0.0.1:{port}/0"
+    return f"redis://:s3cret@127.0.0.1:{free_port()}/0"
 
 
 def test_cli_exit_codes_are_distinct() -> None:

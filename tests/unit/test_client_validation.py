@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from producer.errors import BrokerUnavailableError, InvalidRolloutError
 from producer.job import format_ranges
 from producer.rollouts import validate_rollouts
 from producer.settings import redact_url
+from tests.helpers import free_port
 
 
 def test_client_validate_accepts_rollouts_and_mappings():
@@ -38,9 +38,7 @@ def test_client_validate_rejects_oversized_text():
 
 def test_client_unreachable_broker_fails_fast_and_clearly():
     # Given a port nobody listens on
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     started = time.monotonic()
     # When a client is created, Then it fails at once with the URL (no password)
     with pytest.raises(BrokerUnavailableError, match=f"127.0.0.1:{port}") as info:

@@ -26,8 +26,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 
-from workers.models import ExtractionMethod, GradeOptions, Status, Verdict, VerifyMethod
+from workers.models import (
+    ExtractionMethod,
+    GradeOptions,
+    Status,
+    Verdict,
+    VerifyMethod,
+    exact_gold_text,
+)
 from workers.verifier.decide import decide_parsed
 from workers.verifier.extract import extract_answer
 from workers.verifier.pipeline import Parsed, parse_answer, parse_gold
@@ -191,7 +200,12 @@ def verdict_from(
     )
 
 
-def grade(response: str, gold: str, *, options: GradeOptions | None = None) -> Verdict:
+def grade(
+    response: str,
+    gold: str | int | float | Decimal | Fraction,
+    *,
+    options: GradeOptions | None = None,
+) -> Verdict:
     """Grade a model's whole response against a gold answer.
 
     Deterministic, thread-safe and bounded: it never raises for str inputs, and
@@ -199,19 +213,27 @@ def grade(response: str, gold: str, *, options: GradeOptions | None = None) -> V
 
     Args:
         response: the model's response (free text with a final answer somewhere).
-        gold: the gold answer.
+        gold: the gold answer; an int, float, Decimal or Fraction counts as its
+            exact text (`5` is "5", `0.1` is "0.1").
         options: grading options (defaults to `GradeOptions()`).
 
     Returns:
         The verdict.
+
+    Raises:
+        TypeError: `response` is not a str, or `gold` is neither a str nor a finite
+            number: a caller's mistake, never an ``error`` verdict (a silent zero).
 
     Example:
         >>> v = grade("So the answer is $\\\\boxed{\\\\frac{1}{2}}$.", "0.5")
         >>> (v.correct, v.status.value, v.verify_method.value, v.format_valid)
         (True, 'correct', 'numeric', True)
     """
-    verdict = decide(prepare(response, gold, options=options), options=options)
-    return _identical_never_wrong(verdict, response, gold)
+    if not isinstance(response, str):
+        raise TypeError(f"response must be str, not {type(response).__name__}")
+    gold_text = exact_gold_text(gold)
+    verdict = decide(prepare(response, gold_text, options=options), options=options)
+    return _identical_never_wrong(verdict, response, gold_text)
 
 
 def _identical_never_wrong(verdict: Verdict, answer: str, gold: str) -> Verdict:

@@ -1,0 +1,239 @@
+"""Rollout files in and out: JSONL, Parquet and Inspect `.eval` logs, told apart by
+their first bytes (never by decoding Parquet as text), and graded output as JSONL or
+Parquet (by the output name's `.parquet` suffix), written atomically.
+
+Parquet goes through pyarrow, Inspect logs through inspect-ai's log API (an optional
+extra: `pip install 'gradefleet[inspect]'`). lm-eval's `samples_*.jsonl` are JSONL
+whose fields the alias tables already know (`resps`, `target`, `doc_id`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from producer.batching import LineError, atomic_output, dump_line, read_records
+from producer.errors import InputFormatError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+__all__ = [
+    "InputFormat",
+    "RecordWriter",
+    "detect_format",
+    "iter_records",
+    "open_output",
+]
+
+Record = tuple[int, dict[str, Any]]
+PARQUET_MAGIC = b"PAR1"
+ZIP_MAGIC = b"PK\x03\x04"  # an Inspect `.eval` log is a zip archive
+# Rows pyarrow decodes at once, and rows buffered per Parquet row group on output.
+PARQUET_READ_ROWS = 1024
+PARQUET_GROUP_ROWS = 10_000
+
+
+class InputFormat(StrEnum):
+    """The layouts `iter_records` reads."""
+
+    JSONL = "jsonl"
+    PARQUET = "parquet"
+    INSPECT = "inspect"
+
+
+def detect_format(head: bytes) -> InputFormat:
+    """The format of a file that starts with `head` (its first 4 bytes or more)."""
+    if head.startswith(PARQUET_MAGIC):
+        return InputFormat.PARQUET
+    if head.startswith(ZIP_MAGIC):
+        return InputFormat.INSPECT
+    return InputFormat.JSONL
+
+
+def iter_records(path: str) -> Iterator[Record | LineError]:
+    """`(line_no, object)` per record of `path` (`-`: standard input, JSONL only);
+    line_no is the 1-based line (JSONL) or row/sample number (Parquet, Inspect).
+
+    Raises:
+        InputFormatError: the file is Parquet or a zip but cannot be read as such.
+    """
+    if path == "-":
+        stdin = sys.stdin.buffer
+        head = stdin.peek(4)[:4] if hasattr(stdin, "peek") else b""
+        if detect_format(head) is not InputFormat.JSONL:
+            raise InputFormatError("Parquet and .eval input need a file path, not -")
+        yield from read_records(stdin)
+        return
+    with open(path, "rb") as handle:
+        fmt = detect_format(handle.read(4))
+        if fmt is InputFormat.JSONL:
+            handle.seek(0)
+            yield from read_records(handle)
+            return
+    if fmt is InputFormat.PARQUET:
+        yield from _parquet_records(path)
+    else:
+        yield from _inspect_records(path)
+
+
+def _parquet_records(path: str) -> Iterator[Record]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputFormatError(f"{path}: not a readable Parquet file: {exc}") from exc
+    row_no = 0
+    with parquet:
+        for batch in parquet.iter_batches(batch_size=PARQUET_READ_ROWS):
+            for record in batch.to_pylist():
+                row_no += 1
+                yield row_no, record
+
+
+def _inspect_records(path: str) -> Iterator[Record | LineError]:
+    """One record per sample and epoch of an Inspect log (epochs are samples of one
+    prompt: `prompt_id` is the sample id, `sample_idx` the epoch - 1)."""
+    try:
+        from inspect_ai.log import read_eval_log_samples
+    except ImportError as exc:
+        raise InputFormatError(
+            f"{path} is a zip (an Inspect .eval log?); reading it needs inspect-ai: "
+            "pip install 'gradefleet[inspect]'"
+        ) from exc
+    try:
+        samples = read_eval_log_samples(path, all_samples_required=False)
+        for number, sample in enumerate(samples, start=1):
+            if sample.error is not None:  # no output to grade: say so, skip it
+                yield LineError(
+                    line_no=number,
+                    reason=f"Inspect sample {sample.id} epoch {sample.epoch} ended in "
+                    f"an error: {str(sample.error.message)[:200]}",
+                )
+            else:
+                yield number, _inspect_record(sample)
+    except (ValueError, KeyError, OSError) as exc:
+        raise InputFormatError(f"{path}: not a readable Inspect log: {exc}") from exc
+
+
+def _inspect_record(sample: Any) -> dict[str, Any]:
+    prompt = sample.input if isinstance(sample.input, str) else None
+    return {
+        "id": f"{sample.id}#{sample.epoch}",
+        "prompt_id": str(sample.id),
+        "sample_idx": int(sample.epoch) - 1,
+        "response": sample.output.completion,
+        "target": sample.target,
+        "input": prompt,
+        "metadata": dict(sample.metadata or {}),
+    }
+
+
+class RecordWriter(Protocol):
+    """Where graded records go, in order."""
+
+    def write(self, record: Mapping[str, Any]) -> None: ...
+
+
+class _JsonlWriter:
+    def __init__(self, handle: IO[str]) -> None:
+        self._handle = handle
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._handle.write(dump_line(record))
+
+
+class _ParquetWriter:
+    """Buffers rows and writes a row group per `PARQUET_GROUP_ROWS`; the schema is
+    inferred from the first group, and a later column it lacks is an error (never
+    dropped silently)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._rows: list[Mapping[str, Any]] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._schema: pa.Schema | None = None
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._rows.append(record)
+        if len(self._rows) >= PARQUET_GROUP_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self._rows:
+            return
+        if self._schema is not None:
+            known = set(self._schema.names)
+            for record in self._rows:
+                extra = set(record) - known
+                if extra:
+                    raise InputFormatError(
+                        f"Parquet output: column(s) {sorted(extra)} first appear after "
+                        f"row {PARQUET_GROUP_ROWS:,}; write JSONL instead"
+                    )
+        # Columns are the union of the rows' fields, in first-seen order (from_pylist
+        # would keep only the first row's fields and drop the others silently).
+        names = list(dict.fromkeys(k for record in self._rows for k in record))
+        if self._schema is not None:
+            names = self._schema.names
+        columns = {k: [record.get(k) for record in self._rows] for k in names}
+        try:
+            table = pa.Table.from_pydict(columns, schema=self._schema)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise InputFormatError(
+                f"Parquet output: rows do not fit one schema ({exc}); write JSONL"
+            ) from exc
+        if self._writer is None:
+            self._schema = table.schema
+            self._writer = pq.ParquetWriter(self._path, table.schema)
+        self._writer.write_table(table)
+        self._rows = []
+
+    def close(self) -> None:
+        self.flush()
+        if self._writer is not None:
+            self._writer.close()
+        else:  # no rows at all: still a valid (empty) Parquet file
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({}), self._path)
+
+
+@contextlib.contextmanager
+def open_output(path: str) -> Iterator[RecordWriter]:
+    """A writer for `path`: Parquet if it ends in `.parquet`, else JSONL (`-`:
+    standard output). Readers see the old file or the whole new one."""
+    if not path.endswith(".parquet"):
+        with atomic_output(path) as handle:
+            yield _JsonlWriter(handle)
+        return
+    target = Path(path)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or "."
+    )
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
+    os.close(fd)
+    try:
+        writer = _ParquetWriter(tmp_name)
+        yield writer
+        writer.close()
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise

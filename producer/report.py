@@ -1,0 +1,357 @@
+"""`gradefleet report`: accuracy, pass@k and maj@k per group of a graded file.
+
+Rows are read once and kept as compact columns (about 30 bytes a row: group, prompt
+and answer hashes, flags), so memory grows with the row count but not with text
+sizes; the statistics are computed per group at the end (`producer.stats`).
+
+The JSON form (`Report.to_dict`, schema 1) is documented in the README:
+`grader_version`, `grader_versions`, `source`, `by`, `k`, `prompt_key`, `maj_tie_break`,
+`overall` and `groups[]`, each with `key`, `n`, `prompts`, `correct`, `accuracy`,
+`stderr`, `ci95`, `clustered`, `pass_at`, `maj_at`, `status_rates`,
+`format_valid_rate`, `samples_per_prompt`.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from producer.batching import LineError
+from producer.errors import InputFormatError
+from producer.fields import SAMPLE_FIELD, FieldSpec, lookup, prompt_key
+from producer.stats import clustered_interval, majority_index, pass_at_k_array
+from workers.models import Status
+
+__all__ = [
+    "MAJ_TIE_BREAK",
+    "REPORT_SCHEMA",
+    "GroupStats",
+    "Report",
+    "ReportBuilder",
+    "default_ks",
+    "group_label",
+]
+
+REPORT_SCHEMA = 1
+MAJ_TIE_BREAK = (
+    "majority over the first k samples' canonical answers (canonical_pred, else "
+    "extracted); samples without an answer do not vote; a tie goes to the answer "
+    "seen first in sample order; no answer at all counts as wrong"
+)
+STATUSES = tuple(s.value for s in Status)
+_STATUS_CODE = {value: code for code, value in enumerate(STATUSES)}
+MISSING = "(none)"
+
+
+def default_ks(max_samples: int) -> list[int]:
+    """1, then powers of two up to the most samples any prompt has, and that count."""
+    ks = [1]
+    while ks[-1] * 2 <= max_samples:
+        ks.append(ks[-1] * 2)
+    if max_samples > ks[-1]:
+        ks.append(max_samples)
+    return ks
+
+
+def group_label(key: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in key.items()) or "overall"
+
+
+@dataclass(slots=True, kw_only=True)
+class GroupStats:
+    """One row of the report (a group, or `overall`)."""
+
+    key: dict[str, str]
+    n: int
+    prompts: int
+    correct: int
+    accuracy: float
+    stderr: float
+    ci95: tuple[float, float]
+    clustered: bool
+    pass_at: dict[int, float]
+    maj_at: dict[int, float]
+    status_rates: dict[str, float]
+    format_valid_rate: float
+    samples_per_prompt: tuple[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "n": self.n,
+            "prompts": self.prompts,
+            "correct": self.correct,
+            "accuracy": _num(self.accuracy),
+            "stderr": _num(self.stderr),
+            "ci95": [_num(self.ci95[0]), _num(self.ci95[1])],
+            "clustered": self.clustered,
+            "pass_at": {str(k): _num(v) for k, v in self.pass_at.items()},
+            "maj_at": {str(k): _num(v) for k, v in self.maj_at.items()},
+            "status_rates": {k: _num(v) for k, v in self.status_rates.items()},
+            "format_valid_rate": _num(self.format_valid_rate),
+            "samples_per_prompt": {
+                "min": self.samples_per_prompt[0],
+                "max": self.samples_per_prompt[1],
+            },
+        }
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else round(x, 6)
+
+
+@dataclass(slots=True, kw_only=True)
+class Report:
+    """A whole report: versions, how prompts were keyed, overall and per group."""
+
+    source: str
+    grader_versions: list[str]
+    by: list[str]
+    ks: list[int]
+    prompt_key_fields: dict[str, int]
+    overall: GroupStats
+    groups: list[GroupStats]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def grader_version(self) -> str:
+        return self.grader_versions[0] if len(self.grader_versions) == 1 else "mixed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": REPORT_SCHEMA,
+            "grader_version": self.grader_version,
+            "grader_versions": self.grader_versions,
+            "source": self.source,
+            "by": self.by,
+            "k": self.ks,
+            "prompt_key": self.prompt_key_fields,
+            "maj_tie_break": MAJ_TIE_BREAK,
+            "overall": self.overall.to_dict(),
+            "groups": [g.to_dict() for g in self.groups],
+            **self.extra,
+        }
+
+
+class ReportBuilder:
+    """Collects graded rows (`add`) and computes the report (`build`).
+
+    Args:
+        by: dotted field paths to group by (missing values group as "(none)").
+        spec: overrides of the prompt-key field.
+        split_versions: group by grader version first instead of refusing a file
+            graded by several versions.
+    """
+
+    def __init__(
+        self,
+        by: Sequence[str] = (),
+        *,
+        spec: FieldSpec | None = None,
+        split_versions: bool = False,
+    ) -> None:
+        self.by = (["grader_version"] if split_versions else []) + list(by)
+        self.spec = spec or FieldSpec()
+        self._group_ids: dict[tuple[str, ...], int] = {}
+        self._group = array("i")
+        self._prompt = array("q")
+        self._order = array("q")
+        self._answer = array("q")
+        self._flags = array("b")  # bit 0 correct, bit 1 format valid
+        self._status = array("b")
+        self.versions: Counter[str] = Counter()
+        self.prompt_key_fields: Counter[str] = Counter()
+
+    def add(self, line_no: int, record: Mapping[str, Any]) -> None:
+        """Take one graded row.
+
+        Raises:
+            InputFormatError: the row has no verdict (`status`, `correct`).
+        """
+        status = record.get("status")
+        if status not in _STATUS_CODE or not isinstance(record.get("correct"), bool):
+            raise InputFormatError(
+                f"row {line_no} has no verdict (`status`, `correct`): report reads "
+                "the output of `gradefleet grade`"
+            )
+        version = record.get("grader_version") or ""
+        if version:
+            self.versions[version] += 1
+        key = tuple(_key_value(record, name) for name in self.by)
+        group = self._group_ids.setdefault(key, len(self._group_ids))
+        how, prompt = prompt_key(record, self.spec)
+        self.prompt_key_fields[how] += 1
+        answer = record.get("canonical_pred") or record.get("extracted")
+        sample = record.get(SAMPLE_FIELD)
+        self._group.append(group)
+        self._prompt.append(hash((how, prompt)))
+        self._order.append(sample if isinstance(sample, int) else len(self._order))
+        self._answer.append(0 if answer is None else (hash(str(answer)) or 1))
+        self._flags.append(
+            bool(record["correct"]) | bool(record.get("format_valid")) << 1
+        )
+        self._status.append(_STATUS_CODE[status])
+
+    def add_all(self, items: Iterable[tuple[int, dict[str, Any]] | LineError]) -> int:
+        """Add every record; returns how many lines were unreadable (skipped)."""
+        bad = 0
+        for item in items:
+            if isinstance(item, LineError):
+                bad += 1
+            else:
+                self.add(*item)
+        return bad
+
+    def check_versions(self) -> None:
+        """Raises InputFormatError when rows of several grader versions would mix."""
+        if len(self.versions) > 1 and "grader_version" not in self.by:
+            listed = ", ".join(f"{v} ({n:,} rows)" for v, n in self.versions.items())
+            raise InputFormatError(
+                f"rows graded by several grader versions ({listed}): re-grade them "
+                "with one, or pass --split-versions to report each on its own"
+            )
+
+    def build(self, source: str, ks: Sequence[int] | None = None) -> Report:
+        """The report over every row added so far (see `check_versions`)."""
+        self.check_versions()
+        table = _PromptTable(self)
+        chosen = sorted(set(ks)) if ks else default_ks(table.max_samples)
+        groups = [
+            table.stats(dict(zip(self.by, key, strict=True)), gid, chosen)
+            for key, gid in sorted(self._group_ids.items())
+        ]
+        return Report(
+            source=source,
+            grader_versions=sorted(self.versions),
+            by=self.by,
+            ks=chosen,
+            prompt_key_fields=dict(self.prompt_key_fields),
+            overall=table.stats({}, None, chosen),
+            groups=groups if self.by else [],
+        )
+
+
+def _key_value(record: Mapping[str, Any], path: str) -> str:
+    value = lookup(record, path)
+    if value is None or value == "":
+        return MISSING
+    return value if isinstance(value, str) else str(value)
+
+
+class _PromptTable:
+    """The rows sorted by (group, prompt, sample) with NumPy, so each group's prompts
+    and rows are contiguous slices; per-prompt counts by `reduceat`."""
+
+    def __init__(self, builder: ReportBuilder) -> None:
+        import numpy as np
+
+        group = np.frombuffer(builder._group, dtype=np.int32)
+        prompt = np.frombuffer(builder._prompt, dtype=np.int64)
+        order = np.frombuffer(builder._order, dtype=np.int64)
+        rows = np.lexsort((order, prompt, group))
+        group, prompt = group[rows], prompt[rows]
+        flags = np.frombuffer(builder._flags, dtype=np.int8)[rows].astype(np.int64)
+        self.answers = np.frombuffer(builder._answer, dtype=np.int64)[rows]
+        self.status = np.frombuffer(builder._status, dtype=np.int8)[rows]
+        self.row_group = group
+        self.correct_rows = flags & 1
+        self.valid_rows = flags >> 1 & 1
+        if len(rows):
+            new = np.flatnonzero(
+                (group[1:] != group[:-1]) | (prompt[1:] != prompt[:-1])
+            )
+            self.starts = np.concatenate(([0], new + 1)).astype(np.int64)
+        else:
+            self.starts = np.zeros(0, dtype=np.int64)
+        self.sizes = np.diff(np.concatenate((self.starts, [len(rows)])))
+        self.group = group[self.starts]
+        self.correct = (
+            np.add.reduceat(self.correct_rows, self.starts) if len(rows) else self.sizes
+        )
+        self.max_samples = int(self.sizes.max()) if len(self.sizes) else 0
+        self._pass: dict[int, Any] = {}
+        self._maj: dict[int, Any] = {}
+
+    def _pass_at(self, k: int) -> Any:
+        if k not in self._pass:
+            self._pass[k] = pass_at_k_array(self.sizes, self.correct, k)
+        return self._pass[k]
+
+    def _maj_at(self, k: int) -> Any:
+        import numpy as np
+
+        if k in self._maj:
+            return self._maj[k]
+        out = np.full(len(self.sizes), np.nan)
+        answers, correct = self.answers, self.correct_rows
+        for i in np.flatnonzero(self.sizes >= k).tolist():
+            start = int(self.starts[i])
+            votes = answers[start : start + k].tolist()
+            winner = majority_index([str(a) if a else None for a in votes])
+            out[i] = 0.0 if winner is None else float(correct[start + winner])
+        self._maj[k] = out
+        return out
+
+    def _slices(self, group: int | None) -> tuple[slice, slice]:
+        """This group's prompts and rows (everything for `overall`)."""
+        if group is None:
+            return slice(None), slice(None)
+        first, last = (int(x) for x in self.group.searchsorted([group, group + 1]))
+        row_first = int(self.starts[first]) if first < len(self.starts) else 0
+        row_last = (
+            int(self.starts[last]) if last < len(self.starts) else len(self.status)
+        )
+        return slice(first, last), slice(row_first, row_last)
+
+    def stats(
+        self, key: dict[str, str], group: int | None, ks: Sequence[int]
+    ) -> GroupStats:
+        import numpy as np
+
+        mine, rows = self._slices(group)
+        sizes = self.sizes[mine].astype(np.float64)
+        correct = self.correct[mine].astype(np.float64)
+        n, successes = int(sizes.sum()), int(correct.sum())
+        interval = clustered_interval(
+            n,
+            successes,
+            len(sizes),
+            sum_c2=float((correct**2).sum()),
+            sum_cn=float((correct * sizes).sum()),
+            sum_n2=float((sizes**2).sum()),
+        )
+        counts = np.bincount(self.status[rows], minlength=len(STATUSES))
+        valid = int(self.valid_rows[rows].sum())
+        return GroupStats(
+            key=key,
+            n=n,
+            prompts=len(sizes),
+            correct=successes,
+            accuracy=interval.value,
+            stderr=interval.stderr,
+            ci95=(interval.low, interval.high),
+            clustered=bool(n and sizes.max() > 1),
+            pass_at=self._means(self._pass_at, mine, ks),
+            maj_at=self._means(self._maj_at, mine, ks),
+            status_rates={
+                s: int(counts[c]) / n if n else math.nan for c, s in enumerate(STATUSES)
+            },
+            format_valid_rate=valid / n if n else math.nan,
+            samples_per_prompt=(int(sizes.min()), int(sizes.max())) if n else (0, 0),
+        )
+
+    def _means(
+        self, per_prompt: Callable[[int], Any], mine: slice, ks: Sequence[int]
+    ) -> dict[int, float]:
+        """The metric averaged over the group's prompts with at least k samples."""
+        out: dict[int, float] = {}
+        sizes = self.sizes[mine]
+        for k in ks:
+            eligible = sizes >= k
+            if eligible.any():
+                out[k] = float(per_prompt(k)[mine][eligible].mean())
+        return out

@@ -1,0 +1,236 @@
+"""Grade one rollout file: read it (any format `producer.formats` knows), one row per
+sample, grade in rounds of `CHUNK_ROWS`, write every verdict in input order.
+
+A row with several acceptable golds is graded against each (correct if any matches).
+`--resume` reuses the final verdicts of an earlier output of the same input; rows a
+deadline cut off come back as `timeout` stand-ins (`deadline_verdict`), are written,
+and are listed by input line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from producer.batching import (
+    InputRow,
+    LineError,
+    Summary,
+    chunked,
+    expand_records,
+    graded_record,
+)
+from producer.errors import DeadlinePassedError, InputFormatError
+from producer.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
+from producer.formats import InputFormat, detect_format, iter_records, open_output
+from workers.models import (
+    TRANSIENT_STATUSES,
+    ExtractionMethod,
+    Status,
+    Verdict,
+    VerifyMethod,
+)
+from workers.sizing import CHUNK_ROWS
+
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar
+
+__all__ = [
+    "DEADLINE_REASON",
+    "GradeRows",
+    "Progress",
+    "deadline_error",
+    "deadline_verdict",
+    "grade_file",
+    "load_resumable",
+]
+
+MAX_ERRORS_SHOWN = 20
+DEADLINE_REASON = "the --deadline-s passed before a result arrived"
+
+Progress = Callable[[int], None]
+GradeRows = Callable[[Sequence[InputRow], Progress], list[Verdict]]
+RowKey = tuple[int, int | None]
+
+
+def deadline_verdict() -> Verdict:
+    """The stand-in for a rollout whose result did not arrive before the deadline."""
+    return Verdict(
+        correct=False,
+        status=Status.TIMEOUT,
+        format_valid=False,
+        extracted=None,
+        extraction_method=ExtractionMethod.NONE,
+        verify_method=VerifyMethod.NONE,
+        reason=DEADLINE_REASON,
+    )
+
+
+def _row_key(line_no: int, record: dict[str, Any]) -> RowKey:
+    sample = record.get(SAMPLE_FIELD)
+    return line_no, sample if isinstance(sample, int) else None
+
+
+class _ErrorReport:
+    """Prints the first malformed lines to stderr and counts the rest."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.count = 0
+
+    def __call__(self, error: LineError) -> None:
+        self.count += 1
+        if self.count <= MAX_ERRORS_SHOWN:
+            click.echo(f"gradefleet: {self.source}: {error}", err=True)
+
+    def finish(self) -> None:
+        hidden = self.count - MAX_ERRORS_SHOWN
+        if hidden > 0:
+            click.echo(f"gradefleet: ... and {hidden} more malformed lines", err=True)
+
+
+def _count_lines(path: str) -> int | None:
+    """Non-blank lines of a regular JSONL file (the progress bar's length)."""
+    if path == "-" or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as handle:
+        if detect_format(handle.read(4)) is not InputFormat.JSONL:
+            return None
+        handle.seek(0)
+        return sum(1 for line in handle if line.strip())
+
+
+@contextmanager
+def _progress(total: int | None, enabled: bool) -> Iterator[Progress]:
+    if not enabled:
+        yield lambda _n: None
+        return
+    bar: ProgressBar[int] = click.progressbar(
+        length=total, label="grading", file=sys.stderr, show_pos=True, width=30
+    )
+    with bar:
+        yield bar.update
+
+
+def load_resumable(
+    output_path: str, spec: FieldSpec
+) -> dict[RowKey, tuple[str, Verdict]]:
+    """(response, verdict) of an earlier output, by (input line, sample). Transient
+    verdicts (`timeout`, `memory_limit`, `error`) are left out, so they are graded
+    again, and a row is reused only if its response text is the same."""
+    if output_path == "-" or not os.path.isfile(output_path):
+        return {}
+    kept: dict[RowKey, tuple[str, Verdict]] = {}
+    for item in iter_records(output_path):
+        if isinstance(item, LineError):
+            continue
+        record = item[1]
+        line_no = record.get("gradefleet_line")
+        if not isinstance(line_no, int):
+            raise InputFormatError(f"--resume: {output_path} is not a graded file")
+        try:
+            verdict = Verdict.from_dict(record)
+            texts = resolve_samples(record, spec).texts
+        except (KeyError, ValueError):  # FieldError is a ValueError
+            continue
+        if verdict.status in TRANSIENT_STATUSES or not verdict.grader_version:
+            continue
+        kept[_row_key(line_no, record)] = (texts[0], verdict.replace(cached=True))
+    return kept
+
+
+def _reusable(row: InputRow, kept: dict[RowKey, tuple[str, Verdict]]) -> bool:
+    stored = kept.get(_row_key(row.line_no, row.record))
+    return stored is not None and stored[0] == row.response
+
+
+def _grade_alternatives(
+    rows: Sequence[InputRow], grade_rows: GradeRows, advance: Progress
+) -> list[Verdict]:
+    """Grade each row against every acceptable gold: the first correct verdict, else
+    the verdict against the first gold."""
+    if not any(row.alt_golds for row in rows):
+        return grade_rows(rows, advance)
+    items: list[InputRow] = []
+    owners: list[int] = []
+    for position, row in enumerate(rows):
+        for gold in (row.gold, *row.alt_golds):
+            items.append(dataclasses.replace(row, gold=gold, alt_golds=()))
+            owners.append(position)
+    verdicts = grade_rows(items, lambda _n: None)
+    advance(len(rows))
+    chosen: list[Verdict | None] = [None] * len(rows)
+    for owner, verdict in zip(owners, verdicts, strict=True):
+        best = chosen[owner]
+        if best is None or (verdict.correct and not best.correct):
+            chosen[owner] = verdict
+    return [v for v in chosen if v is not None]
+
+
+def grade_file(
+    input_path: str,
+    output_path: str,
+    grade_rows: GradeRows,
+    *,
+    spec: FieldSpec,
+    show_progress: bool,
+    resume: bool = False,
+) -> Summary:
+    """Grade `input_path` into `output_path` and return the run's totals.
+
+    Rows the deadline cut off are written as `timeout`; their input lines are in
+    `summary.late_lines` (see `deadline_error`).
+    """
+    summary = Summary()
+    errors = _ErrorReport("<stdin>" if input_path == "-" else input_path)
+    kept = load_resumable(output_path, spec) if resume else {}
+    late_lines: list[int] = []
+    rows_in = expand_records(iter_records(input_path), spec)
+    with ExitStack() as stack:
+        first = list(islice(rows_in, CHUNK_ROWS))
+        good = [row for row in first if isinstance(row, InputRow)]
+        one_per_line = len({row.line_no for row in good}) == len(good)
+        total = _count_lines(input_path) if show_progress and one_per_line else None
+        out = stack.enter_context(open_output(output_path))
+        advance = stack.enter_context(_progress(total, show_progress))
+        for chunk in [first, *chunked(rows_in, CHUNK_ROWS)]:
+            rows = [row for row in chunk if isinstance(row, InputRow)]
+            for bad in chunk:
+                if isinstance(bad, LineError):
+                    errors(bad)
+                    advance(1)
+            todo = [row for row in rows if not _reusable(row, kept)]
+            graded = iter(
+                _grade_alternatives(todo, grade_rows, advance) if todo else []
+            )
+            for row in rows:
+                key = _row_key(row.line_no, row.record)
+                reuse = _reusable(row, kept)
+                verdict = kept[key][1] if reuse else next(graded)
+                if verdict.reason == DEADLINE_REASON:
+                    late_lines.append(row.line_no)
+                out.write(graded_record(row, verdict))
+                summary.add(verdict)
+            summary.resumed += len(rows) - len(todo)
+    errors.finish()
+    summary.input_errors = errors.count
+    summary.late_lines = sorted(set(late_lines))
+    return summary
+
+
+def deadline_error(summary: Summary) -> DeadlinePassedError:
+    """What the CLI raises (exit 6) after writing a file the deadline cut short."""
+    from producer.job import format_ranges
+
+    return DeadlinePassedError(
+        "results for some rollouts did not arrive by the deadline; they are written "
+        f"as timeout (input lines {format_ranges(summary.late_lines)}); "
+        "--resume grades just those"
+    )
