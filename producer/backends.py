@@ -173,14 +173,19 @@ class _FleetJob:
 
 
 class FleetBackend:
-    """A Celery fleet: each batch is one `GradingClient` job.
+    """A Celery fleet: each coalesced batch is one `GradingClient` job.
+
+    Few batches in flight (`max_in_flight`): while they run, new calls pile up and
+    leave as one bigger batch, so per-sample callers cost the fleet about what one
+    batched caller costs. Each job is still split into many tasks by the client
+    (`batch_size_for`), so a few jobs keep a large fleet busy.
 
     Publishing and result bookkeeping (`GradingJob.poll`, which also re-sends lost
     batches) run on the backend's thread; waiting is a `redis.asyncio` BLPOP on the
     done lists of all jobs in flight, so a thousand waiting callers cost no threads.
     """
 
-    max_in_flight = 64
+    max_in_flight = 8
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ silently ignored.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
@@ -169,10 +170,31 @@ class OpenRLHFResponse(BaseModel):
     extra_logs: dict[str, list[Any]]
 
 
+def _all_finite(value: Any, depth: int = 0) -> bool:
+    """No NaN or Infinity anywhere (Python's JSON parser accepts them; a reply
+    echoing them could not be encoded). Deeper than 64 levels counts as bad."""
+    if depth > 64:
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_all_finite(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return all(_all_finite(v, depth + 1) for v in value)
+    return True
+
+
 class NemoGymVerifyRequest(BaseModel):
     """NeMo Gym's resources-server verify request for math (extra fields echoed)."""
 
     model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _echoable(cls, data: Any) -> Any:
+        if not _all_finite(data):
+            raise ValueError("NaN, Infinity or nesting deeper than 64 in the request")
+        return data
 
     response: dict[str, Any]
     expected_answer: str | int | float

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -299,6 +300,7 @@ def create_app(
         summary="Grade LLM math rollouts: correct or not, why, and the reward.",
         lifespan=lifespan,
     )
+    app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(OverloadedError, _overloaded)
     app.add_exception_handler(_BadHeaderError, _bad_header)
     routes = _Routes(grader, reward or RewardConfig(), metrics, default_deadline_s)
@@ -314,6 +316,17 @@ def create_app(
     if token:
         wrapped = _AuthMiddleware(wrapped, token)
     return _MetricsMiddleware(wrapped, metrics)
+
+
+async def _invalid(_request: Request, exc: Exception) -> Response:
+    """422 naming where and what, without echoing the input: it may be megabytes of
+    text, or hold NaN, which a JSON reply cannot carry."""
+    assert isinstance(exc, RequestValidationError)
+    detail = [
+        {"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": e.get("msg")}
+        for e in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 async def _overloaded(_request: Request, exc: Exception) -> Response:

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from itertools import islice
+from itertools import chain, islice
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,6 +30,7 @@ from producer.batching import (
 from producer.errors import DeadlinePassedError, InputFormatError
 from producer.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
 from producer.formats import InputFormat, detect_format, iter_records, open_output
+from producer.overlap import BehindWriter, read_ahead
 from workers.models import (
     TRANSIENT_STATUSES,
     ExtractionMethod,
@@ -200,7 +201,20 @@ def grade_file(
         total = _count_lines(input_path) if show_progress and one_per_line else None
         out = stack.enter_context(open_output(output_path))
         advance = stack.enter_context(_progress(total, show_progress))
-        for chunk in [first, *chunked(rows_in, CHUNK_ROWS)]:
+
+        def write(chunk: tuple[list[InputRow], list[Verdict], int]) -> None:
+            rows, verdicts, resumed = chunk
+            for row, verdict in zip(rows, verdicts, strict=True):
+                if verdict.reason == DEADLINE_REASON:
+                    late_lines.append(row.line_no)
+                out.write(graded_record(row, verdict))
+                summary.add(verdict)
+            summary.resumed += resumed
+
+        # The next chunk is read and the previous one written while one is graded
+        # (`producer.overlap`); order is kept.
+        writer = stack.enter_context(BehindWriter(write))
+        for chunk in chain([first], read_ahead(chunked(rows_in, CHUNK_ROWS))):
             rows = [row for row in chunk if isinstance(row, InputRow)]
             for bad in chunk:
                 if isinstance(bad, LineError):
@@ -210,15 +224,13 @@ def grade_file(
             graded = iter(
                 _grade_alternatives(todo, grade_rows, advance) if todo else []
             )
-            for row in rows:
-                key = _row_key(row.line_no, row.record)
-                reuse = _reusable(row, kept)
-                verdict = kept[key][1] if reuse else next(graded)
-                if verdict.reason == DEADLINE_REASON:
-                    late_lines.append(row.line_no)
-                out.write(graded_record(row, verdict))
-                summary.add(verdict)
-            summary.resumed += len(rows) - len(todo)
+            verdicts = [
+                kept[_row_key(row.line_no, row.record)][1]
+                if _reusable(row, kept)
+                else next(graded)
+                for row in rows
+            ]
+            writer.put((rows, verdicts, len(rows) - len(todo)))
     errors.finish()
     summary.input_errors = errors.count
     summary.late_lines = sorted(set(late_lines))

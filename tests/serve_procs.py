@@ -104,6 +104,43 @@ def wait_healthy(server: ServeProcess) -> None:
     raise RuntimeError(f"serve not healthy in {_READY_DEADLINE_S} s:\n{server.log()}")
 
 
+async def post_json(url: str, path: str, body: bytes) -> tuple[int, bytes, float]:
+    """One POST on its own connection: `(status, body, seconds)` (see below)."""
+    import asyncio
+
+    import h11
+
+    host, port = url.removeprefix("http://").split(":")
+    started = time.perf_counter()
+    reader, writer = await asyncio.open_connection(host, int(port))
+    conn = h11.Connection(h11.CLIENT)
+    headers = [
+        ("Host", f"{host}:{port}"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+    ]
+    request = h11.Request(method="POST", target=path, headers=headers)
+    writer.write(conn.send(request) + conn.send(h11.Data(data=body)))
+    writer.write(conn.send(h11.EndOfMessage()))
+    status, chunks = 0, []
+    try:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                break
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return status, b"".join(chunks), time.perf_counter() - started
+
+
 async def post_json_many(
     url: str, path: str, bodies: Sequence[bytes], *, timeout_s: float = 300.0
 ) -> list[tuple[int, bytes, float]]:
@@ -117,42 +154,9 @@ async def post_json_many(
     """
     import asyncio
 
-    import h11
-
-    host, port = url.removeprefix("http://").split(":")
-
-    async def one(body: bytes) -> tuple[int, bytes, float]:
-        started = time.perf_counter()
-        reader, writer = await asyncio.open_connection(host, int(port))
-        conn = h11.Connection(h11.CLIENT)
-        headers = [
-            ("Host", f"{host}:{port}"),
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(body))),
-        ]
-        request = h11.Request(method="POST", target=path, headers=headers)
-        writer.write(conn.send(request) + conn.send(h11.Data(data=body)))
-        writer.write(conn.send(h11.EndOfMessage()))
-        status, chunks = 0, []
-        try:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await reader.read(65536))
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                elif isinstance(event, h11.Data):
-                    chunks.append(bytes(event.data))
-                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                    break
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-        return status, b"".join(chunks), time.perf_counter() - started
-
     return list(
         await asyncio.wait_for(
-            asyncio.gather(*(one(body) for body in bodies)), timeout=timeout_s
+            asyncio.gather(*(post_json(url, path, body) for body in bodies)),
+            timeout=timeout_s,
         )
     )

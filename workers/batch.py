@@ -1,4 +1,5 @@
-"""Grade one batch: prepare, de-duplicate, cache lookup, sandbox for misses, store.
+"""Grade one batch: the sandbox prepares, then decides what the cache and in-batch
+de-duplication leave; new answers are stored.
 
 Shared by the Celery task and the embedded local pool, so both give identical verdicts.
 """
@@ -20,7 +21,7 @@ from workers.models import (
     Status,
     Verdict,
 )
-from workers.sandbox import Sandbox
+from workers.sandbox import ItemPrep, ItemResult, Sandbox
 
 __all__ = ["BatchGrader", "BatchObserver", "GradeItem", "NullObserver"]
 
@@ -59,29 +60,20 @@ class NullObserver:
         pass
 
 
-@dataclass(slots=True)
-class _Group:
-    """Items sharing one cache key (or a lone uncacheable item): graded once."""
-
-    key: str | None
-    positions: list[int]
-    verdict: Verdict | None = None
-    cached: bool = False
-    duration_s: float = 0.0
-
-
 class BatchGrader:
     """Grades batches through a sandbox, with an optional result cache.
 
-    Items with equal cache keys are graded once per batch (in-batch de-duplication);
-    their copies share the representative's answer-dependent fields but keep their
-    own extracted / extraction_method / format_valid. `cached=True` only on verdicts
-    read from the cache: a copy of an item graded in this same batch says
-    `cached=False`, so the flag means "no grading work happened for this answer in
-    this run". Everything else is identical with the cache on, off, warm or cold.
+    The sandbox child prepares every item (extraction and parsing, once) and reports
+    its decision key; items with equal cache keys are decided once per batch
+    (in-batch de-duplication) and cached keys not at all. Copies share the
+    representative's answer-dependent fields but keep their own extracted /
+    extraction_method / format_valid. `cached=True` only on verdicts read from the
+    cache: a copy of an item graded in this same batch says `cached=False`, so the
+    flag means "no grading work happened for this answer in this run". Everything
+    else is identical with the cache on, off, warm or cold.
 
-    `item_graded` reports the sandbox time for graded items and 0.0 for items that
-    needed no grading (cache hits, in-batch copies). `cache_lookup` counts distinct
+    `item_graded` reports the sandbox time for decided items and 0.0 for items that
+    needed no decision (cache hits, in-batch copies). `cache_lookup` counts distinct
     keys. A `CacheError` is logged and the batch goes on without the cache.
     """
 
@@ -100,79 +92,121 @@ class BatchGrader:
         self, items: Sequence[GradeItem], options: GradeOptions
     ) -> list[tuple[int, Verdict]]:
         """Grade `items`; returns (item.index, verdict) in the order of `items`."""
-        prepared = [
-            verifier.prepare(it.response, it.gold, options=options) for it in items
-        ]
-        groups = _group(prepared, options)
-        cache = self._lookup(groups)
-        fresh = [group for group in groups if group.verdict is None]
-        # Streamed: one frame per chunk to the child (`sizing.SANDBOX_FRAME_ITEMS`).
-        pairs = [
-            (items[g.positions[0]].response, items[g.positions[0]].gold) for g in fresh
-        ]
-        graded = self._sandbox.grade_many_timed(pairs, options)
-        for group, (verdict, duration_s) in zip(fresh, graded, strict=True):
-            group.verdict, group.duration_s = verdict, duration_s
-        self._store(cache, fresh)
-        return self._assemble(items, prepared, groups)
+        run = _BatchRun(self._cache, self._observer, items, options)
+        pairs = [(item.response, item.gold) for item in items]
+        results = self._sandbox.grade_selected(pairs, options, run.select)
+        return run.finish(results)
 
-    def _lookup(self, groups: list[_Group]) -> CacheBackend | None:
-        """Fill the groups found in the cache; returns the cache to store into
-        (None after a failure: the rest of this batch goes without cache)."""
-        keys = [group.key for group in groups if group.key is not None]
-        if self._cache is None or not keys:
-            return self._cache
-        try:
-            found = self._cache.get_many(keys)
-        except CacheError as exc:
-            log.warning("result cache lookup failed, grading without cache: %s", exc)
-            return None
-        for group in groups:
-            entry = None if group.key is None else found.get(group.key)
-            if entry is not None:
-                group.verdict = _entry_verdict(entry)
-                group.cached = True
-        self._observer.cache_lookup(hits=len(found), misses=len(keys) - len(found))
-        return self._cache
 
-    def _store(self, cache: CacheBackend | None, fresh: list[_Group]) -> None:
-        entries = {
-            group.key: cache_entry(group.verdict)
-            for group in fresh
-            if group.key is not None
-            and group.verdict is not None
-            and group.verdict.status not in TRANSIENT_STATUSES
-        }
-        if cache is None or not entries:
+class _BatchRun:
+    """One `BatchGrader.grade` call: the keys seen so far and what each maps to."""
+
+    def __init__(
+        self,
+        cache: CacheBackend | None,
+        observer: BatchObserver,
+        items: Sequence[GradeItem],
+        options: GradeOptions,
+    ) -> None:
+        self._cache = cache
+        self._observer = observer
+        self._items = items
+        self._key_of = cache_keyer(verifier.GRADER_VERSION, options)  # encoded once
+        self._digests: list[str | None] = [None] * len(items)
+        self._found: dict[str, Verdict] = {}  # digest -> verdict read from the cache
+        self._deciding: dict[str, int] = {}  # digest -> the position deciding it
+
+    def select(self, positions: Sequence[int], preps: Sequence[ItemPrep]) -> list[bool]:
+        """Called by the sandbox per prepared chunk: which items to decide."""
+        key_of, digests = self._key_of, self._digests
+        new: dict[str, None] = {}
+        for position, prep in zip(positions, preps, strict=True):
+            if prep.decision_key is not None:
+                digest = key_of(prep.decision_key)
+                digests[position] = digest
+                if digest not in self._found and digest not in self._deciding:
+                    new[digest] = None
+        self._lookup(list(new))
+        picks = []
+        for position in positions:
+            known = digests[position]
+            if known is None:
+                picks.append(True)
+            elif known in self._found or known in self._deciding:
+                picks.append(False)
+            else:
+                self._deciding[known] = position
+                picks.append(True)
+        return picks
+
+    def _lookup(self, digests: list[str]) -> None:
+        """Fill `_found` from the cache (after a failure, the rest of this batch
+        goes without cache)."""
+        if self._cache is None or not digests:
             return
         try:
-            cache.set_many(entries)
+            found = self._cache.get_many(digests)
+        except CacheError as exc:
+            log.warning("result cache lookup failed, grading without cache: %s", exc)
+            self._cache = None
+            return
+        for digest, entry in found.items():
+            self._found[digest] = _entry_verdict(entry)
+        self._observer.cache_lookup(hits=len(found), misses=len(digests) - len(found))
+
+    def finish(self, results: Sequence[ItemResult]) -> list[tuple[int, Verdict]]:
+        """Every item's verdict; stores the batch's new answers in the cache."""
+        verdicts: list[Verdict] = []
+        graded: list[tuple[Verdict, float]] = []
+        for position, result in enumerate(results):
+            digest = self._digests[position]
+            if result.verdict is not None:
+                verdict, seconds = result.verdict, result.duration_s
+            elif digest in self._found:
+                assert result.prep is not None
+                verdict = _with_own_fields(self._found[digest], result.prep, True)
+                seconds = 0.0
+            else:
+                assert result.prep is not None
+                assert digest is not None
+                decided = results[self._deciding[digest]].verdict
+                assert decided is not None
+                verdict, seconds = _with_own_fields(decided, result.prep, False), 0.0
+            verdicts.append(verdict)
+            graded.append((verdict, seconds))
+        self._store(results)
+        for verdict, seconds in graded:
+            self._observer.item_graded(verdict, seconds)
+        return [(item.index, v) for item, v in zip(self._items, verdicts, strict=True)]
+
+    def _store(self, results: Sequence[ItemResult]) -> None:
+        entries = {}
+        for digest, position in self._deciding.items():
+            verdict = results[position].verdict
+            if verdict is not None and verdict.status not in TRANSIENT_STATUSES:
+                entries[digest] = cache_entry(verdict)
+        if self._cache is None or not entries:
+            return
+        try:
+            self._cache.set_many(entries)
         except CacheError as exc:
             log.warning("result cache store failed, results not cached: %s", exc)
 
-    def _assemble(
-        self,
-        items: Sequence[GradeItem],
-        prepared: Sequence[verifier.Prepared],
-        groups: list[_Group],
-    ) -> list[tuple[int, Verdict]]:
-        by_position: dict[int, Verdict] = {}
-        for group in groups:
-            assert group.verdict is not None
-            for n, position in enumerate(group.positions):
-                verdict = _with_own_fields(
-                    group.verdict, prepared[position], group.cached
-                )
-                by_position[position] = verdict
-                graded_here = n == 0 and not group.cached
-                self._observer.item_graded(
-                    verdict, group.duration_s if graded_here else 0.0
-                )
-        verdicts = [by_position[position] for position in range(len(items))]
-        return [(item.index, v) for item, v in zip(items, verdicts, strict=True)]
+
+class OwnFields(Protocol):
+    """A response's own verdict fields (a `verifier.Prepared`, an `ItemPrep`)."""
+
+    @property
+    def extracted(self) -> str | None: ...
+
+    @property
+    def extraction_method(self) -> ExtractionMethod: ...
+
+    @property
+    def format_valid(self) -> bool: ...
 
 
-def _with_own_fields(verdict: Verdict, own: verifier.Prepared, cached: bool) -> Verdict:
+def _with_own_fields(verdict: Verdict, own: OwnFields, cached: bool) -> Verdict:
     """`verdict` with this response's own per-response fields (and `cached`).
 
     Same as `verdict.replace(...)`, spelled out: `dataclasses.replace` costs several
@@ -191,26 +225,6 @@ def _with_own_fields(verdict: Verdict, own: verifier.Prepared, cached: bool) -> 
         grader_version=verdict.grader_version,
         cached=cached,
     )
-
-
-def _group(
-    prepared: Sequence[verifier.Prepared], options: GradeOptions
-) -> list[_Group]:
-    """One group per distinct cache key, one per uncacheable item (first-seen order)."""
-    key_of = cache_keyer(verifier.GRADER_VERSION, options)  # options encoded once
-    groups: list[_Group] = []
-    by_key: dict[str, _Group] = {}
-    for position, prep in enumerate(prepared):
-        if prep.decision_key is None:
-            groups.append(_Group(key=None, positions=[position]))
-            continue
-        key = key_of(prep.decision_key)
-        group = by_key.get(key)
-        if group is None:
-            group = by_key[key] = _Group(key=key, positions=[])
-            groups.append(group)
-        group.positions.append(position)
-    return groups
 
 
 def _entry_verdict(entry: dict[str, Any]) -> Verdict:

@@ -34,7 +34,7 @@ from workers.childproc import fork_child, read_frame, write_frame
 from workers.errors import DeadlineError, SandboxError
 from workers.models import GradeOptions, RolloutLike, Verdict
 from workers.sandbox import GradeFn, Sandbox, warm_up_verifier
-from workers.sizing import LOCAL_BATCH_SIZE
+from workers.sizing import LOCAL_BATCH_SIZE, RECYCLE_AFTER_ITEMS
 from workers.verdicts import poison_verdict
 
 __all__ = ["LocalPool"]
@@ -165,7 +165,7 @@ class LocalPool:
         item_memory_bytes: int,
         cache_path: Path | None,
         batch_size: int = LOCAL_BATCH_SIZE,
-        recycle_after_items: int = 500,
+        recycle_after_items: int = RECYCLE_AFTER_ITEMS,
         grade_fn: GradeFn | None = None,
         max_attempts: int = 3,
     ) -> None:

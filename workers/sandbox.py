@@ -8,9 +8,12 @@ from daemonic Celery prefork processes; a plain fork works everywhere, and becau
 parent has already imported the verifier, every child starts warm (~ms, no re-import).
 Why no SIGALRM: no signal interrupts a big-integer power inside GMP; only SIGKILL of a
 separate process bounds it. The parent sends a chunk of items in one frame; the child
-answers one frame per item, and the parent waits for each with `poll` under that item's
-own deadline (which starts when the previous answer arrived), sampling the child's RSS
-meanwhile. On a kill the rest of the chunk is re-sent to a fresh child.
+prepares each (extraction and parsing, answering with its decision key), the parent
+picks the items still to decide (not in its cache, not a duplicate) and the child
+decides those, answering one frame per item. The parent waits for each answer with
+`poll` under that item's own deadline (which starts when the previous answer arrived;
+the preparing and the deciding of an item each get one), sampling the child's RSS
+meanwhile. On a kill the chunk's unanswered items are re-sent to a fresh child.
 
 `item_memory_bytes` is the memory one item may use *above the warm child's baseline*
 (the parent's size at fork time): RLIMIT_AS in the child is baseline VM + cap, and the
@@ -22,7 +25,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
 from typing import Any
@@ -30,12 +35,25 @@ from typing import Any
 from workers import verifier
 from workers.childproc import encode_frame, write_all
 from workers.errors import SandboxError
-from workers.models import GradeOptions, Status, Verdict
+from workers.models import (
+    EXTRACTION_METHOD_BY_VALUE,
+    ExtractionMethod,
+    GradeOptions,
+    Status,
+    Verdict,
+)
 from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
-from workers.sizing import SANDBOX_FRAME_ITEMS
+from workers.sizing import RECYCLE_AFTER_ITEMS, SANDBOX_FRAME_ITEMS
 from workers.verdicts import failure_verdict
 
-__all__ = ["GradeFn", "Sandbox", "warm_up_verifier"]
+__all__ = [
+    "GradeFn",
+    "ItemPrep",
+    "ItemResult",
+    "Sandbox",
+    "Selector",
+    "warm_up_verifier",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +104,67 @@ def _verdict_or_none(reply: Any) -> Verdict | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class ItemPrep:
+    """What the child found preparing one item: its decision key (None: never
+    cached) and the item's own verdict fields."""
+
+    decision_key: str | None
+    extracted: str | None
+    extraction_method: ExtractionMethod
+    format_valid: bool
+
+
+@dataclass(slots=True)
+class ItemResult:
+    """One item's outcome: `verdict` None when `select` skipped it; `prep` None
+    when it failed before it was prepared."""
+
+    prep: ItemPrep | None
+    verdict: Verdict | None
+    duration_s: float = 0.0
+
+
+Selector = Callable[[Sequence[int], Sequence[ItemPrep]], Sequence[bool]]
+
+
+def _decide_all(positions: Sequence[int], preps: Sequence[ItemPrep]) -> list[bool]:
+    return [True] * len(positions)
+
+
+def _prep_or_none(reply: Any) -> ItemPrep | None:
+    if not (isinstance(reply, dict) and "k" in reply):
+        return None
+    key, extracted, method = reply["k"], reply.get("x"), reply.get("m")
+    if not (key is None or isinstance(key, str)):
+        return None
+    if not (extracted is None or isinstance(extracted, str)):
+        return None
+    member = EXTRACTION_METHOD_BY_VALUE.get(method) if isinstance(method, str) else None
+    if member is None:
+        return None
+    return ItemPrep(key, extracted, member, reply.get("f") is True)
+
+
+@dataclass(slots=True)
+class _ChunkRun:
+    """One chunk on its way through the child, and where its answers go."""
+
+    pairs: Sequence[tuple[str, str]]
+    options: GradeOptions
+    chunk: list[int]
+    results: list[ItemResult | None]
+    chosen: set[int]
+
+    def fail(self, position: int, status: Status, reason: str, seconds: float) -> None:
+        response, gold = self.pairs[position]
+        verdict = failure_verdict(status, reason, response, gold, self.options)
+        self.results[position] = ItemResult(None, verdict, seconds)
+
+    def unanswered(self) -> list[int]:
+        return [position for position in self.chunk if self.results[position] is None]
+
+
 class Sandbox:
     """One killable child process grading one item at a time under hard limits.
 
@@ -95,7 +174,8 @@ class Sandbox:
         recycle_after_items: replace the child after this many graded items.
         on_restart: called with "timeout", "memory", "crash" or "recycle" whenever
             a child is replaced.
-        grade_fn: the function run in the child (default `workers.verifier.grade`).
+        grade_fn: run in the child instead of the verifier's decision (tests inject
+            hostile ones); the verifier still prepares every item.
         address_space_bytes: RLIMIT_AS headroom above the baseline (default
             `item_memory_bytes`).
         rss_poll_interval_s: how often the parent samples the child's RSS while waiting.
@@ -110,7 +190,7 @@ class Sandbox:
         *,
         item_timeout_s: float,
         item_memory_bytes: int,
-        recycle_after_items: int = 500,
+        recycle_after_items: int = RECYCLE_AFTER_ITEMS,
         on_restart: Callable[[str], None] | None = None,
         grade_fn: GradeFn | None = None,
         address_space_bytes: int | None = None,
@@ -126,7 +206,8 @@ class Sandbox:
         self._as_headroom = address_space_bytes or item_memory_bytes
         self._recycle_after = recycle_after_items
         self._on_restart = on_restart
-        self._grade_fn: GradeFn = grade_fn or verifier.grade
+        # None: the child decides with the verifier what it prepared.
+        self._grade_fn = None if grade_fn is verifier.grade else grade_fn
         self._poll_ms = rss_poll_interval_s * 1000.0
         self._warm_up = warm_up
         self._last_options: tuple[GradeOptions | None, dict[str, Any]] = (None, {})
@@ -151,24 +232,44 @@ class Sandbox:
         self, pairs: Sequence[tuple[str, str]], options: GradeOptions
     ) -> list[tuple[Verdict, float]]:
         """Like `grade_many`, with each item's grading time in seconds."""
-        results: list[tuple[Verdict, float]] = []
-        wire_options = self._wire_options(options)
-        solo_until = 0  # after a failed send, items go one by one to find the culprit
-        while len(results) < len(pairs):
-            start = len(results)
-            size = 1 if start < solo_until else SANDBOX_FRAME_ITEMS
-            chunk = pairs[start : start + min(size, self._recycle_budget())]
-            failure = self._send(encode_frame({"o": wire_options, "items": chunk}))
-            if failure is not None and len(chunk) > 1:
-                solo_until = start + len(chunk)
-            elif failure is not None:
-                status, reason = failure
-                response, gold = chunk[0]
-                verdict = failure_verdict(status, reason, response, gold, options)
-                results.append((verdict, 0.0))
-            elif not self._stream_or_close(chunk, options, results):
-                solo_until = start + len(chunk)
-        return results
+        results = self.grade_selected(pairs, options, _decide_all)
+        timed: list[tuple[Verdict, float]] = []
+        for result in results:
+            assert result.verdict is not None  # every item was selected
+            timed.append((result.verdict, result.duration_s))
+        return timed
+
+    def grade_selected(
+        self, pairs: Sequence[tuple[str, str]], options: GradeOptions, select: Selector
+    ) -> list[ItemResult]:
+        """Prepare every pair in the child, then decide those `select` picks.
+
+        `select(positions, preps)` is called once per chunk with the items the child
+        has prepared (positions in `pairs`) and returns, per item, whether to decide
+        it; an item it skips comes back with its `prep` and no verdict (the caller
+        has one from its cache or from a duplicate). An item that failed (deadline,
+        memory cap, crash) comes back with a failure verdict, its `prep` None when
+        it failed before being prepared. Each step of an item has the item deadline.
+        """
+        results: list[ItemResult | None] = [None] * len(pairs)
+        chosen: set[int] = set()  # selected once: decided even if re-sent
+        pending = deque(range(len(pairs)))
+        solo = 0  # after a failed send, items go one by one to find the culprit
+        while pending:
+            if self._recycle_budget() < 1:  # never an empty chunk
+                self._replace_child("recycle")
+            size = 1 if solo else SANDBOX_FRAME_ITEMS
+            take = min(size, self._recycle_budget(), len(pending))
+            chunk = [pending.popleft() for _ in range(take)]
+            solo = max(0, solo - len(chunk))
+            run = _ChunkRun(pairs, options, chunk, results, chosen)
+            retry, go_solo = self._run_or_close(run, select)
+            pending.extendleft(reversed(retry))
+            if go_solo:
+                solo = len(retry)
+        done = [result for result in results if result is not None]
+        assert len(done) == len(pairs)
+        return done
 
     def close(self) -> None:
         """Kill and reap the child (idempotent)."""
@@ -223,7 +324,7 @@ class Sandbox:
         return self._child
 
     def _send(self, frame: bytes) -> tuple[Status, str] | None:
-        """Send a chunk to a live child; (status, reason) if that failed."""
+        """Send a frame to a live child; (status, reason) if that failed."""
         try:
             child = self._live_child()
         except (SandboxError, OSError) as exc:
@@ -236,57 +337,142 @@ class Sandbox:
             return status, reason
         return None
 
-    def _stream_or_close(
-        self,
-        chunk: Sequence[tuple[str, str]],
-        options: GradeOptions,
-        results: list[tuple[Verdict, float]],
-    ) -> bool:
-        assert self._child is not None
+    def _run_or_close(self, run: _ChunkRun, select: Selector) -> tuple[list[int], bool]:
         try:
-            return self._stream(self._child, chunk, options, results)
+            return self._run_chunk(run, select)
         except BaseException:
             # Interrupted (a Celery soft time limit, Ctrl-C): the child may still owe
             # answers for this chunk, which the next call would misread.
             self.close()
             raise
 
-    def _stream(
-        self,
-        child: ChildProcess,
-        chunk: Sequence[tuple[str, str]],
-        options: GradeOptions,
-        results: list[tuple[Verdict, float]],
-    ) -> bool:
-        """Collect the chunk's answers until it ends or the child has to go.
+    def _run_chunk(self, run: _ChunkRun, select: Selector) -> tuple[list[int], bool]:
+        """Prepare, select, decide one chunk. Returns the positions to send again
+        (their child was lost before answering for them) and whether to send them
+        one by one (the child died before confirming it received the chunk)."""
+        items = [run.pairs[position] for position in run.chunk]
+        wire_options = self._wire_options(run.options)
+        failure = self._send(encode_frame({"o": wire_options, "items": items}))
+        if failure is not None:
+            if len(run.chunk) > 1:
+                return run.chunk, True
+            run.fail(run.chunk[0], *failure, 0.0)
+            return [], False
+        child = self._child
+        assert child is not None
+        if len(run.chunk) > 1 and not self._received(child):
+            return run.chunk, True
+        prepared = self._prepare_step(child, run)
+        if prepared is None:  # the child is gone: the unanswered items go again
+            return run.unanswered(), False
+        wanted = self._select(run, prepared, select)
+        indexes = [index for index, _position, _prep, _s in wanted]
+        try:  # to this child: a fresh one would not hold the prepared items
+            write_all(child.req_fd, encode_frame({"d": indexes}))
+        except BrokenPipeError:  # it died between the steps: the items go again
+            self._replace_child("crash")
+            return run.unanswered(), False
+        if not self._decide_step(child, run, wanted):
+            return run.unanswered(), False
+        if child.items_done >= self._recycle_after:
+            self._replace_child("recycle")
+        return [], False
 
-        Returns False if the child died before confirming it received a multi-item
-        chunk (too big for its memory cap?): no item is blamed, the caller retries
-        them one by one.
-        """
-        if len(chunk) > 1 and not self._received(child):
-            return False
+    def _prepare_step(
+        self, child: ChildProcess, run: _ChunkRun
+    ) -> list[tuple[int, int, ItemPrep, float]] | None:
+        """(index in chunk, position, prep, seconds) per prepared item; None if the
+        child had to go (the item it failed on has its failure verdict)."""
+        prepared: list[tuple[int, int, ItemPrep, float]] = []
         previous = time.perf_counter()
-        for response, gold in chunk:
-            outcome, reply = self._await_reply(child)
+        for index, position in enumerate(run.chunk):
+            outcome, reply = self._await_reply(child, self._timeout_s)
             now = time.perf_counter()
             duration_s, previous = now - previous, now
-            if outcome is _Outcome.REPLY:
-                verdict, child_kept = self._from_reply(
-                    child, reply, response, gold, options
-                )
-            else:
+            if outcome is not _Outcome.REPLY:
                 status, reason, restart = self._failed(child, outcome)
                 self._replace_child(restart)
-                verdict = failure_verdict(status, reason, response, gold, options)
-                child_kept = False
-            results.append((verdict, duration_s))
-            if not child_kept:
-                break
+                run.fail(position, status, reason, duration_s)
+                return None
+            child.items_done += 1
+            prep = _prep_or_none(reply)
+            if prep is not None:
+                prepared.append((index, position, prep, duration_s))
+                continue
+            if isinstance(reply, dict) and "exc" in reply:  # the child stays
+                reason = f"grader raised {reply['exc']}"
+                run.fail(position, Status.ERROR, reason, duration_s)
+                continue
+            self._lost_on_reply(run, position, reply, duration_s)
+            return None
+        return prepared
+
+    def _select(
+        self,
+        run: _ChunkRun,
+        prepared: list[tuple[int, int, ItemPrep, float]],
+        select: Selector,
+    ) -> list[tuple[int, int, ItemPrep, float]]:
+        """The prepared items to decide: those chosen before (sent again after a
+        lost child), and those `select` picks now; the others are answered."""
+        fresh = [entry for entry in prepared if entry[1] not in run.chosen]
+        picks = select([e[1] for e in fresh], [e[2] for e in fresh])
+        picked = {e[1] for e, pick in zip(fresh, picks, strict=True) if pick}
+        run.chosen.update(picked)
+        wanted = []
+        for entry in prepared:
+            _index, position, prep, duration_s = entry
+            if position in run.chosen:
+                wanted.append(entry)
+            else:
+                run.results[position] = ItemResult(prep, None, duration_s)
+        return wanted
+
+    def _decide_step(
+        self,
+        child: ChildProcess,
+        run: _ChunkRun,
+        wanted: list[tuple[int, int, ItemPrep, float]],
+    ) -> bool:
+        """Collect the verdicts of `wanted`; False if the child had to go first."""
+        previous = time.perf_counter()
+        for _index, position, prep, prepare_s in wanted:
+            # A full deadline for the decision: preparing is bounded string work, and
+            # a fresh child's first items (page faults over the warm heap) must not
+            # eat into the time an innocent item gets to be decided.
+            outcome, reply = self._await_reply(child, self._timeout_s)
+            now = time.perf_counter()
+            duration_s, previous = prepare_s + now - previous, now
+            if outcome is not _Outcome.REPLY:
+                status, reason, restart = self._failed(child, outcome)
+                self._replace_child(restart)
+                run.fail(position, status, reason, duration_s)
+                return False
+            verdict = _verdict_or_none(reply)
+            if verdict is not None:
+                run.results[position] = ItemResult(prep, verdict, duration_s)
+            elif isinstance(reply, dict) and "exc" in reply:  # the child stays
+                reason = f"grader raised {reply['exc']}"
+                run.fail(position, Status.ERROR, reason, duration_s)
+            else:
+                self._lost_on_reply(run, position, reply, duration_s)
+                return False
         return True
 
+    def _lost_on_reply(
+        self, run: _ChunkRun, position: int, reply: Any, duration_s: float
+    ) -> None:
+        """A MemoryError (RLIMIT_AS) or a malformed reply: the child goes."""
+        memory = isinstance(reply, dict) and reply.get("mem") is True
+        self._replace_child("memory" if memory else "crash")
+        if memory:
+            reason = "grader raised MemoryError (RLIMIT_AS)"
+            run.fail(position, Status.MEMORY_LIMIT, reason, duration_s)
+        else:
+            run.fail(position, Status.ERROR, "malformed sandbox reply", duration_s)
+
     def _received(self, child: ChildProcess) -> bool:
-        outcome, reply = self._await_reply(child)
+        outcome, reply = self._await_reply(child, self._timeout_s)
         if outcome is _Outcome.REPLY and isinstance(reply, dict) and "ack" in reply:
             return True
         if outcome is _Outcome.REPLY:
@@ -296,8 +482,10 @@ class Sandbox:
             self._replace_child(restart)
         return False
 
-    def _await_reply(self, child: ChildProcess) -> tuple[_Outcome, Any]:
-        deadline = time.monotonic() + self._timeout_s
+    def _await_reply(
+        self, child: ChildProcess, timeout_s: float
+    ) -> tuple[_Outcome, Any]:
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 reply = child.buffer.pop()
@@ -329,32 +517,3 @@ class Sandbox:
         status, reason = death_status(child.reap())
         self._child = None
         return status, reason, "memory" if status is Status.MEMORY_LIMIT else "crash"
-
-    def _from_reply(
-        self,
-        child: ChildProcess,
-        reply: Any,
-        response: str,
-        gold: str,
-        options: GradeOptions,
-    ) -> tuple[Verdict, bool]:
-        """The item's verdict, and whether the child stays for the next item."""
-        child.items_done += 1
-        verdict = _verdict_or_none(reply)
-        if verdict is None and isinstance(reply, dict) and "exc" in reply:
-            reason = f"grader raised {reply['exc']}"
-            verdict = failure_verdict(Status.ERROR, reason, response, gold, options)
-        if verdict is None:
-            memory = isinstance(reply, dict) and reply.get("mem") is True
-            self._replace_child("memory" if memory else "crash")
-            status = Status.MEMORY_LIMIT if memory else Status.ERROR
-            reason = (
-                "grader raised MemoryError (RLIMIT_AS)"
-                if memory
-                else "malformed sandbox reply"
-            )
-            return failure_verdict(status, reason, response, gold, options), False
-        if child.items_done >= self._recycle_after:
-            self._replace_child("recycle")
-            return verdict, False
-        return verdict, True

@@ -14,6 +14,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from workers import verifier
 from workers.childproc import FrameBuffer, fork_child, read_frame, write_frame
 from workers.errors import SandboxError
 from workers.models import GradeOptions, Status, Verdict
@@ -25,7 +26,8 @@ _EXIT_MEMORY = 86  # the child's exit status when a MemoryError escaped its loop
 
 
 class GradeFn(Protocol):
-    """The grading function run inside the child (`workers.verifier.grade`)."""
+    """A grading function run inside the child instead of the verifier's decision
+    (tests inject hostile ones); the verifier still prepares each item."""
 
     def __call__(
         self, response: str, gold: str, *, options: GradeOptions | None = None
@@ -35,28 +37,75 @@ class GradeFn(Protocol):
 # --- in the child (after fork_child's hygiene) ---
 
 
-def _child_grade(
-    grade_fn: GradeFn, response: str, gold: str, options: GradeOptions
+def _child_prepare(
+    response: str, gold: str, options: GradeOptions
+) -> tuple[verifier.Prepared | None, dict[str, Any]]:
+    """The item's prepared form, and the reply that tells the parent its key."""
+    try:
+        prepared = verifier.prepare(response, gold, options=options)
+    except MemoryError:
+        return None, {"mem": True}
+    except Exception as exc:  # a grader bug becomes an `error` verdict, not a crash
+        return None, {"exc": type(exc).__name__}
+    return prepared, {
+        "k": prepared.decision_key,
+        "x": prepared.extracted,
+        "m": prepared.extraction_method.value,
+        "f": prepared.format_valid,
+    }
+
+
+def _child_decide(
+    grade_fn: GradeFn | None,
+    prepared: verifier.Prepared,
+    item: tuple[str, str],
+    options: GradeOptions,
 ) -> dict[str, Any]:
     try:
-        return {"v": grade_fn(response, gold, options=options).to_dict()}
+        if grade_fn is None:  # the verifier: decide what was prepared (grade() is
+            verdict = verifier.decide(prepared, options=options)  # exactly this)
+        else:
+            verdict = grade_fn(item[0], item[1], options=options)
+        return {"v": verdict.to_dict()}
     except MemoryError:
         return {"mem": True}
     except Exception as exc:  # a grader bug becomes an `error` verdict, not a crash
         return {"exc": type(exc).__name__}
 
 
-def _child_loop(req_fd: int, resp_fd: int, grade_fn: GradeFn, as_bytes: int) -> int:
+def _child_loop(
+    req_fd: int, resp_fd: int, grade_fn: GradeFn | None, as_bytes: int
+) -> int:
+    """Serve chunks in two steps: prepare every item (one reply each, with its
+    decision key), then decide the items the parent asks for (one reply each).
+
+    The parent looks the keys up in its cache between the two steps, so no item is
+    extracted twice and a cached or duplicate answer is never decided again.
+    """
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = as_bytes if hard == resource.RLIM_INFINITY else min(hard, as_bytes)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
         while (request := read_frame(req_fd)) is not None:
             options = GradeOptions.from_dict(request["o"])
-            if len(request["items"]) > 1:  # received: deaths from here are an item's
-                write_frame(resp_fd, {"ack": len(request["items"])})
-            for response, gold in request["items"]:
-                write_frame(resp_fd, _child_grade(grade_fn, response, gold, options))
+            items = request["items"]
+            if len(items) > 1:  # received: deaths from here are an item's
+                write_frame(resp_fd, {"ack": len(items)})
+            prepared: list[verifier.Prepared | None] = []
+            for response, gold in items:
+                prep, reply = _child_prepare(response, gold, options)
+                prepared.append(prep)
+                write_frame(resp_fd, reply)
+            wanted = read_frame(req_fd)
+            if wanted is None:
+                return 0
+            for index in wanted["d"]:
+                prep = prepared[index]
+                if prep is None:  # never asked for by a well-behaved parent
+                    write_frame(resp_fd, {"exc": "NotPrepared"})
+                    continue
+                item = items[index]
+                write_frame(resp_fd, _child_decide(grade_fn, prep, item, options))
     except MemoryError:
         return _EXIT_MEMORY
     except BrokenPipeError:  # the parent went away
@@ -125,9 +174,10 @@ class ChildProcess:
 
 
 def spawn_child(
-    grade_fn: GradeFn, item_memory_bytes: int, as_headroom: int
+    grade_fn: GradeFn | None, item_memory_bytes: int, as_headroom: int
 ) -> ChildProcess:
-    """Fork a child running `grade_fn`, capped at this process's size + headroom."""
+    """Fork a child deciding with the verifier (or `grade_fn`, given one), capped at
+    this process's size + headroom."""
     vm_bytes, rss_bytes = _self_size_bytes()
     as_bytes = vm_bytes + as_headroom
     pid, req_fd, resp_fd = fork_child(

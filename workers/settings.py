@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from workers.errors import ConfigError
 from workers.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
 from workers.signing import Keyring, keyring_from_env
-from workers.sizing import MAX_AUTO_BATCH_SIZE
+from workers.sizing import MAX_AUTO_BATCH_SIZE, RECYCLE_AFTER_ITEMS
 from workers.urls import connect_url, read_secret
 
 __all__ = ["WorkerSettings", "parse_lanes"]
@@ -64,7 +64,7 @@ class WorkerSettings:
     metrics_addr: str = "127.0.0.1"
     metrics_dir: str | None = None
     max_attempts: int = 3
-    recycle_after_items: int = 500
+    recycle_after_items: int = RECYCLE_AFTER_ITEMS
     max_batch_size: int = MAX_AUTO_BATCH_SIZE
     lanes: tuple[Lane, ...] = LANES
     bulk_every: int = DEFAULT_BULK_EVERY
@@ -142,7 +142,9 @@ class WorkerSettings:
             keyring=keyring_from_env(env),
             metrics_dir=env.get("GRADEFLEET_METRICS_DIR") or None,
             max_attempts=_int(env, "GRADEFLEET_MAX_ATTEMPTS", 3),
-            recycle_after_items=_int(env, "GRADEFLEET_RECYCLE_AFTER_ITEMS", 500),
+            recycle_after_items=_int(
+                env, "GRADEFLEET_RECYCLE_AFTER_ITEMS", RECYCLE_AFTER_ITEMS
+            ),
             max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", MAX_AUTO_BATCH_SIZE),
             lanes=parse_lanes(env.get("GRADEFLEET_LANES") or ",".join(LANES)),
             bulk_every=_int(env, "GRADEFLEET_BULK_EVERY", DEFAULT_BULK_EVERY),

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_AUTO_BATCH_SIZE",
     "MAX_CHUNK_ITEMS",
     "MIN_BATCH_SIZE",
+    "RECYCLE_AFTER_ITEMS",
     "SANDBOX_FRAME_ITEMS",
     "batch_size_for",
     "next_chunk_items",
@@ -57,6 +58,13 @@ CHUNK_GROWTH = 4
 SLOW_CHUNK_ITEMS = 2
 MAX_CHUNK_ITEMS = 256
 CHUNK_TARGET_S = 0.25
+
+# Items a sandbox child grades before a fresh one replaces it. Each fresh child pays
+# copy-on-write faults over the warm verifier's heap, a cost per child that recycling
+# too often spreads over too few items (`tests/bench/bench_overhead.py --profile`),
+# while a child's memory barely grows with items and every item stays under the
+# memory cap regardless.
+RECYCLE_AFTER_ITEMS = 5_000
 
 # Items per frame to the sandbox child: one frame per chunk halves the per-item cost
 # of one exchange per item; the cap bounds one frame's size.

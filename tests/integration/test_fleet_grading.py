@@ -272,8 +272,11 @@ def test_fleet_slow_batch_saves_its_verdicts_while_it_runs(
     # Given one batch of 40 whose 1st chunk (16 items) holds a hang item (1 s
     # deadline) and whose 31st item hangs too
     rollouts = [Rollout(f"saves \\boxed{{{k}}}", str(k)) for k in range(40)]
+    # A gold no other test uses: the verifier reads "<marker> saves 3" as the answer
+    # 3, and a cached verdict for (3, gold) would answer the hang item ungraded.
+    gold = str(random.randrange(10**12, 10**13))
     for k in (3, 30):
-        rollouts[k] = Rollout(f"\\boxed{{{HANG} saves {k}}}", "1")
+        rollouts[k] = Rollout(f"\\boxed{{{HANG} saves {k}}}", gold)
     with GradingClient(fleet.redis_url, batch_size=40, deadline_s=60) as client:
         job = client.submit(rollouts)
         # When the slow first chunk is done, Then its verdicts are saved at once

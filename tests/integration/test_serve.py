@@ -334,6 +334,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two bursts of 10,000 connections on a shared machine
 def test_ten_thousand_concurrent_requests_keep_memory_bounded(
     service: ServeProcess,
 ) -> None:

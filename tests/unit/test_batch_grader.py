@@ -257,3 +257,62 @@ def test_batch_own_fields_copy_keeps_every_other_field() -> None:
         format_valid=own.format_valid,
         cached=True,
     )
+
+
+def test_batch_extracts_each_response_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given real rollouts, a sandbox deciding with the verifier, and a parent process
+    # in which preparing (extraction) would fail loudly
+    items = load_rollouts(96)
+    expected = [
+        (it.index, verifier.grade(it.response, it.gold, options=OPTIONS))
+        for it in items
+    ]
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    with Sandbox(item_timeout_s=10.0, item_memory_bytes=512 * MIB) as box:
+        box.grade("\\boxed{1}", "1", OPTIONS)  # the child forks with the real prepare
+
+        def no_prepare_here(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the parent prepared a response")
+
+        monkeypatch.setattr(verifier, "prepare", no_prepare_here)
+        # When grading without cache, cold and warm
+        off = BatchGrader(sandbox=box, cache=None).grade(items, OPTIONS)
+        cold = BatchGrader(sandbox=box, cache=cache).grade(items, OPTIONS)
+        warm = BatchGrader(sandbox=box, cache=cache).grade(items, OPTIONS)
+    # Then only the child prepared, and the verdicts are in-process grade()'s
+    assert off == expected
+    assert cold == expected
+    assert without_cached_flag(warm) == expected
+    assert any(v.cached for _, v in warm)
+
+
+def test_batch_child_lost_mid_chunk_keeps_copies_and_cache(tmp_path: Path) -> None:
+    # Given a chunk where the child aborts deciding one item, with copies of an
+    # answer decided before the crash and of one decided after it
+    from tests.hooks import ABORT, hooked_grade
+
+    items = [
+        GradeItem(0, "first \\boxed{7}", "7"),
+        GradeItem(1, "x \\boxed{8}", "7"),
+        GradeItem(2, f"\\boxed{{{ABORT}}}", "7"),
+        GradeItem(3, "second \\boxed{7}", "7"),  # copy of 0
+        GradeItem(4, "y \\boxed{9}", "9"),
+        GradeItem(5, "z \\boxed{8}", "7"),  # copy of 1
+        GradeItem(6, "w \\boxed{9}", "9"),  # copy of 4, decided after the crash
+    ]
+    cache = SqliteResultCache(tmp_path / "cache.db")
+    with Sandbox(
+        item_timeout_s=10.0, item_memory_bytes=512 * MIB, grade_fn=hooked_grade
+    ) as box:
+        results = BatchGrader(sandbox=box, cache=cache).grade(items, OPTIONS)
+        again = BatchGrader(sandbox=box, cache=cache).grade(items, OPTIONS)
+    # Then the aborting item alone is an error; every other verdict is grade()'s
+    assert results[2][1].status is Status.ERROR
+    assert "SIGABRT" in results[2][1].reason
+    for (index, verdict), item in zip(results, items, strict=True):
+        if index != 2:
+            assert verdict == verifier.grade(item.response, item.gold, options=OPTIONS)
+    # And the second run reads every decided answer from the cache
+    assert [v.cached for _, v in again] == [True, True, False, True, True, True, True]

@@ -250,3 +250,27 @@ def test_batching_dump_line_escapes_lone_surrogates_only() -> None:
     assert json.loads(line) == record
     assert "é ✓" in line  # the rest stays readable
     assert "\U0001f600" in line
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"response": "\\boxed{\\frac{1}{2}} é ✓ \u2028 \x01", "gold": "0.5", "n": None},
+        {"nested": {"list": [1, 2.5, {"deep": [True, None, "x"]}]}, "e": 1e300},
+        {"big": 2**70, "neg": -(2**64)},  # beyond 64 bits
+        {"a": "x\ud800y", "extracted": None},  # a lone surrogate
+        {"nan": float("nan"), "extracted": None},
+        {"inf": [float("inf"), float("-inf")], "extracted": None},
+    ],
+)
+def test_batching_dump_line_reads_back_as_the_stdlib_writes_it(
+    record: dict[str, Any],
+) -> None:
+    # Whichever encoder writes a line, it reads back as the stdlib's line does.
+    line = dump_line(record)
+    assert line.endswith("\n")
+    assert line.count("\n") == 1
+    line.encode("utf-8")  # writable as UTF-8
+    want = json.loads(json.dumps(record, ensure_ascii=False))
+    got = json.loads(line)
+    assert repr(got) == repr(want)  # NaN == NaN only through repr

@@ -10,6 +10,8 @@ MESSAGES = [
     {"r": "text \\boxed{½} \ud800 end", "g": "1/2"},
     {"items": [["a" * 200_000, "b"]], "o": {"rel_tol": 1e-6}},
     [],
+    {"big": 2**70, "neg": -(2**64), "text": "é \U0001d400"},  # beyond 64 bits
+    {"v": {"correct": True, "extracted": None, "reason": ""}, "k": 12},
 ]
 
 
@@ -45,3 +47,14 @@ def test_frames_over_a_pipe_until_end_of_file() -> None:
     _pid, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert received == MESSAGES
+
+
+def test_frames_keep_every_value_exactly() -> None:
+    # Integers beyond 64 bits and lone surrogates come back as they went, not as
+    # floats or errors (the fast encoder refuses both; the stdlib carries them).
+    for message in MESSAGES:
+        buffer = FrameBuffer()
+        buffer.feed(encode_frame(message))
+        got = buffer.pop()
+        assert got == message
+        assert repr(got) == repr(message)

@@ -16,15 +16,21 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
      other word breaks the chain, see `boxchain`). An empty last box
      gives no answer (no fallback). A truncated last box (``\\boxed{4`` at the end)
      is not a box: the search falls through and ``format_valid`` is false;
-   - ``<answer>...</answer>``: its content is searched with these same rules; a box
-     inside it is reported as ``boxed``, anything else as ``answer_tag``;
+   - ``<answer>...</answer>`` (up to the first ``</answer>`` after the last
+     ``<answer>``): its content is searched with these same rules; a box inside it
+     is reported as ``boxed``, anything else as ``answer_tag``;
    - an ``Answer: x`` line (``ANSWER:``, ``**Answer:**``, ``Final Answer:``, a
      ``Final Answer`` heading over the answer, ``Final Answer:`` mid-line) or a
      GSM8K ``A: 18`` or ``#### 18`` last line.
+   A "the answer is X" phrase after the tag or line restates it and wins. Prose in
+   any of these spans is read by the sentence policy (`sentences`) when parsed.
 3. Fallbacks, ``format_valid`` false: "the final answer is X" / "the answer is X" /
    "the result is X" (``final_answer_phrase``); then, reported as ``last_number``,
    a math span closing the text (``so $x \\ge 5$.``), a whole response that is one
-   short expression (``x+1``), and the last number not glued to a word.
+   short expression (``x+1``), the final sentence's asserted value, the last
+   ```` ```output ```` block, and the last number not glued to a word and not a label
+   (``#3``, ``Step 2``). A response that ends in 300+ characters without a digit
+   committed to no number: the last three give nothing there.
    Full-width digits (``１２３``) are read as ASCII digits by the fallbacks.
 
 `extract_gold` reads ``#### 18``, then boxes (the last one, or all of them joined
@@ -201,6 +207,7 @@ def _extract_from(text: str) -> Extraction:
     line = answer_line(text, allow_gsm8k=True)
     if tag is not None and tag[1] > box_end:
         found = _run_on_after(_from_tag(tag[0]), text, tag[1])
+        found = _restated(found, text, tag[1])
     elif line is not None and line[1] >= box_end:
         # An answer line after the last box is the model's final word on it.
         found = Extraction(
@@ -209,6 +216,8 @@ def _extract_from(text: str) -> Extraction:
             format_valid=True,
             reason="answer line",
         )
+        line_end = text.find("\n", line[1])
+        found = _restated(found, text, len(text) if line_end < 0 else line_end)
     elif valid_box is not None:
         return _run_on_after(_from_box(valid_box, text), text, valid_box.end)
     else:
@@ -222,6 +231,23 @@ def _extract_from(text: str) -> Extraction:
             reason=f"{note}; {found.reason}",
         )
     return found
+
+
+def _restated(found: Extraction, text: str, end: int) -> Extraction:
+    """A "the answer is X" phrase after a tag or answer line is the model's later,
+    explicit word: it beats the earlier span (`Answer: The bakery sold 14 loaves.`
+    then `The answer is: 10` gives 10)."""
+    if found.answer is None or end >= len(text):
+        return found
+    phrase = phrase_answer(text[end:])
+    if phrase is None:
+        return found
+    return Extraction(
+        answer=phrase,
+        method=found.method,
+        format_valid=found.format_valid,
+        reason=f"{found.reason}, restated later by an answer phrase",
+    )
 
 
 def _run_on_after(found: Extraction, text: str, end: int) -> Extraction:

@@ -207,12 +207,12 @@ def answer_tag(text: str) -> tuple[str, int] | None:
 
 def clean(answer: str) -> str | None:
     """Strip whitespace, math delimiters and trailing punctuation; None if empty."""
-    text = answer.strip().strip(_INVISIBLE).strip()
+    text = answer.strip()
     for _ in range(8):
         before = text
         for token in SPECIAL_TOKENS:
             text = text.removesuffix(token)
-        text = _strip_trailing_punct(text.strip())
+        text = _strip_trailing_punct(text.strip().strip(_INVISIBLE).strip())
         for opener, closer in _WRAPPERS:
             if _wrapped(text, opener, closer):
                 text = text[len(opener) : len(text) - len(closer)].strip()

@@ -260,6 +260,12 @@ EXTRACTION_HACKS: list[Row] = [
     ("program-label", "```output\n42\n```\n42 students joined after week #3.", "3", NO),
     ("stray-backslash-wrong", "<answer> 24 \\</answer>", "25", NO),
     ("tag-false-chain", "<answer> 2 + 2 = 5 </answer>", "5", NO),
+    (
+        "line-then-later-phrase",
+        "Answer: The bakery sold 14 loaves.\nThe answer is: 10",
+        "14",
+        NO,
+    ),
 ]
 
 
@@ -306,6 +312,18 @@ EXTRACTION_KEEPS: list[Row] = [
         OK,
     ),
     ("answer-line-sentence", "Answer: The bakery sold 14 loaves.", "14", OK),
+    (
+        "line-later-phrase-wins",
+        "Answer: The bakery sold 14 loaves.\nThe answer is: 10",
+        "10",
+        OK,
+    ),
+    (
+        "tag-later-phrase-wins",
+        "<answer> The bakery sold 14 loaves. </answer>\nThe answer is: 10",
+        "10",
+        OK,
+    ),
     ("phrase-sentence", "The answer is 276 wheels will be left.", "276", OK),
     ("repeated-box", r"\boxed{4}\boxed{4}\boxed{4}", "4", OK),
     ("chain-is-the-list", _boxes(range(1, 4), ", "), "1,2,3", OK),

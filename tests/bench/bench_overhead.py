@@ -1,0 +1,584 @@
+"""What the machinery around the verifier costs (issue 11): one command, one table.
+
+    python tests/bench/bench_overhead.py                  # the table, 3 rounds
+    python tests/bench/bench_overhead.py --rollouts 20000 --rounds 1 --no-fleet
+    python tests/bench/bench_overhead.py --profile        # + where each us goes
+    python tests/bench/bench_overhead.py --hostile        # + the 8,192-rollout step
+
+Every figure is a ratio to the plain loop measured in the same round (this machine is
+shared and its speed drifts): `json.loads` -> `grade()` -> `to_dict` -> `json.dumps` on
+one core, in a process of its own, against `gradefleet grade` on the same file (2
+cores, per-item deadline and memory cap on, as users run it). The input is the real
+rollouts of tests/data repeated with a distinct prefix per copy, so every line is a
+unique response (no cache hit within a cold run); lines are shuffled. Round r runs the
+rows in an order rotated by r. The CLI's wall time is the one its summary prints
+(pool start-up and verifier warm-up included); the plain loop's excludes its imports.
+
+`--profile` prints where each microsecond per rollout goes: the CPU of each process
+of an embedded run (CLI, pool workers, sandbox children; a run of 3n minus one of n,
+so start-up drops out) and of a fleet run (producer, Celery main process, prefork
+child, sandbox child, redis-server, read from /proc), and each step of the path
+(read, prepare, grade, cache, IPC, write) timed alone on the same rollouts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fleet_procs import (
+    REPO_ROOT,
+    prompts_with_samples,
+    real_rollouts,
+    start_redis,
+    start_workers,
+)
+
+ITEM_TIMEOUT_S = 5.0
+_CLI = [sys.executable, "-c", "from producer.cli import main; main()"]
+_WALL = re.compile(r"wall time\s+([0-9.]+) s")
+
+
+def write_input(path: Path, n: int) -> None:
+    base = real_rollouts()
+    rows = []
+    for copy in range(n // len(base) + 1):
+        rows += [
+            {"response": f"[copy {copy}] {r.response}", "gold": r.gold} for r in base
+        ]
+    rows = rows[:n]
+    random.Random(1).shuffle(rows)
+    with path.open("w") as out:
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+_PLAIN = """
+import json, sys, time
+from workers import verifier
+from workers.sandbox import warm_up_verifier
+warm_up_verifier()
+src, dst = sys.argv[1], sys.argv[2]
+started = time.perf_counter()
+with open(src, "rb") as lines, open(dst, "w") as out:
+    for line in lines:
+        record = json.loads(line)
+        verdict = verifier.grade(record["response"], record["gold"])
+        record.update(verdict.to_dict())
+        out.write(json.dumps(record, ensure_ascii=False) + "\\n")
+print(time.perf_counter() - started)
+"""
+
+
+def plain_loop_s(src: Path, dst: Path) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", _PLAIN, str(src), str(dst)],
+        env=_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def cli_s(src: Path, dst: Path, *args: str) -> float:
+    """Wall seconds of `gradefleet grade` as its summary reports them."""
+    command = [*_CLI, "grade", str(src), "-o", str(dst)]
+    done = subprocess.run(
+        [*command, "--item-timeout-s", str(ITEM_TIMEOUT_S), *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    match = _WALL.search(done.stderr)
+    if done.returncode != 0 or match is None:
+        raise SystemExit(f"gradefleet failed ({done.returncode}):\n{done.stderr}")
+    return float(match.group(1))
+
+
+class Fleet:
+    """A private redis-server and two `python -m workers` nodes (1 process each)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.redis = start_redis(workdir)
+        self.cache_url = self.redis.url[:-1] + "1"
+        self.workers = start_workers(
+            self.redis.url, 2, item_timeout_s=ITEM_TIMEOUT_S, cache_url=self.cache_url
+        )
+
+    def flush_cache(self) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.cache_url)
+        client.flushdb()
+        client.close()
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.redis.stop()
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of every reaped descendant so far (a CLI's pool workers and
+    sandbox children are reaped by their parents, so they count)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _rotated(src: Path, dst: Path, shift: int) -> None:
+    lines = src.read_bytes().splitlines(keepends=True)
+    shift %= len(lines)
+    dst.write_bytes(b"".join(lines[shift:] + lines[:shift]))
+
+
+def table(work: Path, n: int, rounds: int, fleet: Fleet | None) -> None:
+    src = work / "in.jsonl"
+    write_input(src, n)
+    out = work / "out.jsonl"
+    runs: dict[str, Callable[[Path, Path], float]] = {
+        "plain loop, 1 core (json.loads -> grade -> to_dict -> json.dumps)": (
+            plain_loop_s
+        ),
+        "embedded --processes 1 --no-cache": lambda s, d: cli_s(
+            s, d, "--processes", "1", "--no-cache"
+        ),
+        "embedded --processes 2 --no-cache": lambda s, d: cli_s(
+            s, d, "--processes", "2", "--no-cache"
+        ),
+    }
+    cache_dir = work / "cache"
+
+    def cold(s: Path, d: Path) -> float:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        return cli_s(s, d, "--processes", "2", "--cache-dir", str(cache_dir))
+
+    def hit(s: Path, d: Path) -> float:  # the cold run just filled the cache
+        return cli_s(s, d, "--processes", "2", "--cache-dir", str(cache_dir))
+
+    runs["embedded --processes 2, cache on, cold"] = cold
+    runs["embedded --processes 2, cache on, re-grade (all hits)"] = hit
+    if fleet is not None:
+
+        def fleet_run(s: Path, d: Path) -> float:
+            fleet.flush_cache()
+            return cli_s(s, d, "--broker", fleet.redis.url)
+
+        fleet_run(src, out)  # connections, sandbox children, imports: warm
+        runs["fleet --broker, 2 workers (producer + Redis on the same cores)"] = (
+            fleet_run
+        )
+    names = list(runs)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for round_no in range(rounds):
+        rotated = work / f"in{round_no}.jsonl"
+        _rotated(src, rotated, round_no * 997)
+        # Alternate the order of the runs (the cache-hit run must follow the cold one).
+        order = names if round_no % 2 == 0 else [names[0], *reversed(names[1:])]
+        if round_no % 2:
+            order = [name for name in order if "re-grade" not in name]
+            at = order.index("embedded --processes 2, cache on, cold")
+            order.insert(
+                at + 1, "embedded --processes 2, cache on, re-grade (all hits)"
+            )
+        for name in order:
+            before = _children_cpu_s()
+            seconds[name].append(runs[name](rotated, out))
+            cpu[name].append(_children_cpu_s() - before)
+        plain = seconds[names[0]][-1]
+        for name in names:
+            ratios[name].append(plain / seconds[name][-1])
+        print(
+            f"  round {round_no + 1}: "
+            + ", ".join(f"{ratios[name][-1]:.2f}" for name in names),
+            flush=True,
+        )
+    print(f"\n{n:,} unique real rollouts, median of {rounds} rounds:\n")
+    print(
+        "| run | wall | rollouts/s | vs the plain loop | CPU us per rollout (all "
+        "processes, start-up included) |\n|---|---|---|---|---|"
+    )
+    for name in names:
+        wall = statistics.median(seconds[name])
+        print(
+            f"| {name} | {wall:.2f} s | {n / wall:,.0f} "
+            f"| {statistics.median(ratios[name]):.2f} "
+            f"| {statistics.median(cpu[name]) / n * 1e6:.0f} |"
+        )
+    cold_name = "embedded --processes 2, cache on, cold"
+    hit_name = "embedded --processes 2, cache on, re-grade (all hits)"
+    nocache_name = "embedded --processes 2 --no-cache"
+    cold_s, hit_s = seconds[cold_name], seconds[hit_name]
+    hit_vs_cold = [c / h for c, h in zip(cold_s, hit_s, strict=True)]
+    cold_vs_off = [o / c for o, c in zip(seconds[nocache_name], cold_s, strict=True)]
+    print(
+        f"\ncache on, cold / cache off throughput: "
+        f"{statistics.median(cold_vs_off):.2f} (target >= 1.0); "
+        f"re-grade / cold: {statistics.median(hit_vs_cold):.2f} (target >= 3)"
+    )
+
+
+# --- --profile: CPU per rollout by process, and by step ---
+
+_ROLES = """
+import os, resource, sys
+import workers.local as local
+inner = local._worker_main
+def counted(to_fd, from_fd, config):
+    try:
+        return inner(to_fd, from_fd, config)
+    finally:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        os.write(2, f"ROLE pool {me.ru_utime + me.ru_stime} "
+                    f"{kids.ru_utime + kids.ru_stime}\\n".encode())
+local._worker_main = counted
+from producer.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+me = resource.getrusage(resource.RUSAGE_SELF)
+print(f"ROLE cli {me.ru_utime + me.ru_stime}", file=sys.stderr)
+"""
+
+
+def _embedded_roles(src: Path, dst: Path) -> dict[str, float]:
+    """CPU seconds of the CLI, its pool workers and their sandbox children."""
+    args = ["--processes", "2", "--no-cache", "--item-timeout-s", str(ITEM_TIMEOUT_S)]
+    done = subprocess.run(
+        [sys.executable, "-c", _ROLES, "grade", str(src), "-o", str(dst), "-q", *args],
+        env=_env(),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    roles = {"CLI": 0.0, "pool worker": 0.0, "sandbox child": 0.0}
+    for line in done.stderr.splitlines():
+        parts = line.split()
+        if parts[:2] == ["ROLE", "cli"]:
+            roles["CLI"] += float(parts[2])
+        elif parts[:2] == ["ROLE", "pool"]:
+            roles["pool worker"] += float(parts[2])
+            roles["sandbox child"] += float(parts[3])
+    return roles
+
+
+def _plain_cpu_s(src: Path, dst: Path) -> float:
+    before = _children_cpu_s()
+    plain_loop_s(src, dst)
+    return _children_cpu_s() - before
+
+
+def profile(work: Path, n: int) -> None:
+    """Per process: the CPU each rollout costs (the difference of a run of 3n and
+    of n rollouts, so start-up drops out); per step: each step timed alone on the
+    same rollouts in this process."""
+    small, large = work / "p1.jsonl", work / "p3.jsonl"
+    write_input(large, 3 * n)
+    small.write_bytes(b"".join(large.read_bytes().splitlines(keepends=True)[:n]))
+    out = work / "out.jsonl"
+    per: dict[str, list[float]] = collections.defaultdict(list)
+    for _ in range(3):
+        one, three = _embedded_roles(small, out), _embedded_roles(large, out)
+        for role in one:
+            per[role].append((three[role] - one[role]) / (2 * n) * 1e6)
+        one_s, three_s = _plain_cpu_s(small, out), _plain_cpu_s(large, out)
+        per["plain loop (1 process)"].append((three_s - one_s) / (2 * n) * 1e6)
+    print(
+        f"\nCPU us per rollout by process, embedded --processes 2 --no-cache "
+        f"(runs of {3 * n:,} minus {n:,} rollouts, median of 3):\n"
+    )
+    print("| process | CPU us per rollout |\n|---|---|")
+    total = 0.0
+    for role, values in per.items():
+        value = statistics.median(values)
+        if role in ("CLI", "pool worker", "sandbox child"):
+            total += value
+        print(f"| {role} | {value:.1f} |")
+    print(f"| embedded, all processes | {total:.1f} |")
+    _steps(large, n)
+
+
+def _steps(src: Path, n: int) -> None:
+    """Each step of the embedded path timed alone (CPU, best of 3) on n rollouts."""
+    import orjson
+
+    from producer.batching import InputRow, dump_line, graded_record, parse_line
+    from workers import verifier
+    from workers.cache import SqliteResultCache, cache_entry, cache_keyer
+    from workers.childproc import FrameBuffer, encode_frame
+    from workers.models import GradeOptions, Verdict
+    from workers.sandbox import warm_up_verifier
+
+    warm_up_verifier()
+    lines = src.read_bytes().splitlines(keepends=True)[:n]
+    rows: list[InputRow] = []
+    for i, line in enumerate(lines):
+        parsed = parse_line(line, i + 1)  # one row, or one row per sample
+        rows += parsed if isinstance(parsed, list) else [parsed]  # type: ignore[list-item]
+    rows = [row for row in rows if isinstance(row, InputRow)]
+    options = GradeOptions()
+    preps = [verifier.prepare(r.response, r.gold, options=options) for r in rows]
+    verdicts = [verifier.decide(p, options=options) for p in preps]
+    key_of = cache_keyer(verifier.GRADER_VERSION, options)
+    pairs = list(zip(rows, verdicts, strict=True))
+
+    def best(step: Callable[[], object]) -> float:
+        times = []
+        for _ in range(3):
+            started = time.process_time()
+            step()
+            times.append(time.process_time() - started)
+        return min(times) / len(rows) * 1e6
+
+    def frames_round_trip() -> None:
+        # What one rollout crosses: CLI -> pool worker (a batch), pool worker ->
+        # child (a chunk), child -> pool worker (prep, verdict), pool worker -> CLI.
+        buffer = FrameBuffer()
+        for start in range(0, len(rows), 64):
+            batch = rows[start : start + 64]
+            wire = [[i, r.response, r.gold] for i, r in enumerate(batch)]
+            buffer.feed(encode_frame({"items": wire, "options": options.to_dict()}))
+            buffer.pop()
+            buffer.feed(encode_frame({"o": {}, "items": [w[1:] for w in wire]}))
+            buffer.pop()
+            replies = []
+            for k, _row in enumerate(batch):
+                prep = preps[start + k]
+                buffer.feed(encode_frame({"k": prep.decision_key, "x": prep.extracted}))
+                buffer.pop()
+                buffer.feed(encode_frame({"v": verdicts[start + k].to_dict()}))
+                replies.append(Verdict.from_dict(buffer.pop()["v"]))
+            buffer.feed(encode_frame([[k, v.to_dict()] for k, v in enumerate(replies)]))
+            for _k, verdict in buffer.pop():
+                Verdict.from_dict(verdict)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = SqliteResultCache(Path(tmp) / "c.sqlite")
+        keys = [key_of(p.decision_key) for p in preps if p.decision_key]
+        entries = {
+            k: cache_entry(v)
+            for k, v in zip(keys, verdicts, strict=False)
+            if v.status.value not in ("timeout", "memory_limit", "error")
+        }
+
+        def cache_round() -> None:
+            for start in range(0, len(keys), 64):
+                chunk = keys[start : start + 64]
+                cache.get_many(chunk)
+                cache.set_many({k: entries[k] for k in chunk if k in entries})
+
+        steps = [
+            ("read (parse_line)", lambda: [parse_line(x, 1) for x in lines]),
+            (
+                "prepare (extract + parse, in the child)",
+                lambda: [verifier.prepare(r.response, r.gold) for r in rows],
+            ),
+            (
+                "grade (decide, in the child)",
+                lambda: [verifier.decide(p) for p in preps],
+            ),
+            (
+                "cache key (sha256)",
+                lambda: [key_of(p.decision_key or "") for p in preps],
+            ),
+            ("cache (SQLite lookup + store, 64 per batch)", cache_round),
+            ("IPC (every frame one rollout crosses, orjson)", frames_round_trip),
+            (
+                "write (graded_record + dump_line)",
+                lambda: [dump_line(graded_record(r, v)) for r, v in pairs],
+            ),
+            (
+                "write, stdlib json.dumps instead of orjson",
+                lambda: [
+                    json.dumps(graded_record(r, v), ensure_ascii=False)
+                    for r, v in zip(rows, verdicts, strict=True)
+                ],
+            ),
+            (
+                "IPC frames with the stdlib instead of orjson (one verdict reply)",
+                lambda: [json.loads(json.dumps({"v": v.to_dict()})) for v in verdicts],
+            ),
+            (
+                "IPC frames with orjson (one verdict reply)",
+                lambda: [
+                    orjson.loads(orjson.dumps({"v": v.to_dict()})) for v in verdicts
+                ],
+            ),
+        ]
+        print(f"\nCPU us per rollout by step, each alone ({len(rows):,} rollouts):\n")
+        print("| step | CPU us per rollout |\n|---|---|")
+        for name, step in steps:
+            print(f"| {name} | {best(step):.1f} |")
+        cache.close()
+
+
+def fleet_roles(work: Path, n: int, fleet: Fleet) -> None:
+    """CPU per rollout of each fleet process (from /proc), one cold run of n."""
+    src = work / "in.jsonl"
+    if not src.exists():
+        write_input(src, n)
+    pids: dict[int, str] = {fleet.redis.proc.pid: "redis-server"}
+    for worker in fleet.workers:
+        pids[worker.proc.pid] = "Celery worker main process"
+        for child in _children(worker.proc.pid):
+            pids[child] = "prefork child (task, cache, Redis bookkeeping)"
+            for grandchild in _children(child):
+                pids[grandchild] = "sandbox child"
+    fleet.flush_cache()
+    before = {pid: _proc_cpu_s(pid) for pid in pids}
+    cli_before = _children_cpu_s()
+    cli_s(src, work / "out.jsonl", "--broker", fleet.redis.url)
+    cli_cpu = _children_cpu_s() - cli_before
+    per: dict[str, float] = collections.defaultdict(float)
+    for pid, role in pids.items():
+        per[role] += _proc_cpu_s(pid) - before[pid]
+    per["producer (gradefleet grade --broker)"] = cli_cpu
+    print(f"\nfleet, 2 workers, {n:,} rollouts: CPU us per rollout by process\n")
+    print("| process | CPU us per rollout |\n|---|---|")
+    for role, seconds in per.items():
+        print(f"| {role} | {seconds / n * 1e6:.1f} |")
+    print(
+        "(sandbox children replaced during the run are not counted: "
+        "--recycle-after-items)"
+    )
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def _proc_cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- --hostile: the 8,192-rollout step with hostile items ---
+
+HOSTILE = [
+    "\\boxed{9^{9^{9^{9}}}}",
+    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
+    "\\boxed{1000000!}",
+    "\\boxed{10^{10^{100}}}",
+    "\\boxed{" + "(" * 5_000 + "1" + ")" * 5_000 + "}",
+    "\\boxed{" + "9" * 200_000 + "}",
+    "\\boxed{" + "x+" * 20_000 + "1}",
+    "\\boxed{\\frac{" * 2_000 + "1" + "}{2}" * 2_000 + "}",
+]
+
+
+def hostile_step(work: Path, fleet: Fleet | None, reps: int) -> None:
+    from workers import verifier
+
+    rng = random.Random(2)
+    step = []
+    for group in rng.sample(prompts_with_samples(), 512):
+        for j in range(16):
+            r = group[j % len(group)]
+            step.append({"response": f"[sample {j}] {r.response}", "gold": r.gold})
+    hostile_at = sorted(random.Random(3).sample(range(len(step)), len(step) // 100))
+    mixed = [dict(row) for row in step]
+    for k, index in enumerate(hostile_at):
+        mixed[index]["response"] = HOSTILE[k % len(HOSTILE)]
+    clean_src, mixed_src = work / "step.jsonl", work / "step_hostile.jsonl"
+    for path, rows in ((clean_src, step), (mixed_src, mixed)):
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    expected = [verifier.grade(row["response"], row["gold"]) for row in mixed]
+    modes = [("embedded --processes 2 --no-cache", ["--processes", "2", "--no-cache"])]
+    if fleet is not None:
+        modes.append(("fleet, 2 workers", ["--broker", fleet.redis.url]))
+    for title, args in modes:
+        clean_s, mixed_s = [], []
+        for _ in range(reps):
+            if fleet is not None:
+                fleet.flush_cache()
+            clean_s.append(cli_s(clean_src, work / "o.jsonl", *args))
+            if fleet is not None:
+                fleet.flush_cache()
+            mixed_s.append(cli_s(mixed_src, work / "o.jsonl", *args))
+        got = [json.loads(line) for line in (work / "o.jsonl").read_text().splitlines()]
+        differ = []
+        for i, (line, want) in enumerate(zip(got, expected, strict=True)):
+            # The fields an output line carries (not `cached`: it depends on order).
+            wanted = {k: v for k, v in want.to_dict().items() if k in line}
+            wanted.pop("cached", None)
+            if any(line[k] != v for k, v in wanted.items()):
+                differ.append(i)
+        grew = statistics.median(mixed_s) - statistics.median(clean_s)
+        print(
+            f"\n[hostile] {title}: 8,192-rollout step, {len(hostile_at)} hostile; "
+            f"clean {statistics.median(clean_s):.2f} s, hostile "
+            f"{statistics.median(mixed_s):.2f} s: grew {grew:+.2f} s (item deadline "
+            f"{ITEM_TIMEOUT_S:g} s); verdicts differing from in-process grade(): "
+            f"{len(differ)} {differ[:5]}"
+        )
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # so `finally` stops the fleet's processes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=60_760)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-fleet", action="store_true")
+    parser.add_argument("--no-table", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--hostile", action="store_true")
+    parser.add_argument("--hostile-reps", type=int, default=3)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        fleet = None if args.no_fleet else Fleet(work)
+        try:
+            if not args.no_table:
+                table(work, args.rollouts, args.rounds, fleet)
+            if args.profile:
+                profile(work, min(args.rollouts, 5_000))
+                if fleet is not None:
+                    fleet_roles(work, args.rollouts, fleet)
+            if args.hostile:
+                hostile_step(work, fleet, reps=args.hostile_reps)
+        finally:
+            if fleet is not None:
+                fleet.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,249 @@
+"""Serving benchmark: per-sample calls through the coalescing client, HTTP and the
+verl adapter vs the same rollouts as one batch (same run, same 2-worker fleet, real
+outputs, result cache flushed before every timed round).
+
+    python tests/bench/bench_serve.py [--rollouts 2048] [--rounds 2]
+
+Prints every figure with its target; nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from bench_fleet import Bench
+from fleet_procs import real_rollouts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from producer.adapters import verl
+from producer.grading import CoalescingGrader, close_graders, grader_for
+from tests.serve_procs import post_json, post_json_many, start_serve
+from workers.models import Rollout
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def sizes_line(sizes: Counter[int]) -> str:
+    """Batch-size distribution: batches, mean size, and size quantiles."""
+    flat = [size for size, n in sizes.items() for _ in range(n)]
+    if not flat:
+        return "no batches"
+    return (
+        f"{len(flat)} batches, mean {statistics.mean(flat):.1f} items, "
+        f"p10/p50/p90/max {pct(flat, 0.1)}/{pct(flat, 0.5)}/{pct(flat, 0.9)}/"
+        f"{max(flat)}"
+    )
+
+
+async def concurrent(
+    call: Callable[[Rollout], Awaitable[object]], rollouts: Sequence[Rollout]
+) -> tuple[float, list[float]]:
+    """All calls at once; wall seconds and per-call latencies."""
+    latencies: list[float] = []
+
+    async def timed(rollout: Rollout) -> None:
+        started = time.perf_counter()
+        await call(rollout)
+        latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(timed(r) for r in rollouts))
+    return time.perf_counter() - started, latencies
+
+
+async def open_loop(
+    call: Callable[[Rollout], Awaitable[object]],
+    rollouts: Sequence[Rollout],
+    rate_per_s: float,
+) -> list[float]:
+    """One call every 1/rate s (not waiting for answers); per-call latencies."""
+    latencies: list[float] = []
+
+    async def timed(rollout: Rollout) -> None:
+        started = time.perf_counter()
+        await call(rollout)
+        latencies.append(time.perf_counter() - started)
+
+    tasks = []
+    start = time.perf_counter()
+    for k, rollout in enumerate(rollouts):
+        delay_s = start + k / rate_per_s - time.perf_counter()
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        tasks.append(asyncio.ensure_future(timed(rollout)))
+    await asyncio.gather(*tasks)
+    return latencies
+
+
+def report(name: str, n: int, wall_s: float, lat: list[float], base_rps: float) -> None:
+    rps = n / wall_s
+    print(
+        f"  {name:<34} {rps:8.0f} rollouts/s  {rps / base_rps:5.2f}x batch "
+        f"(target >= 0.5x)  p50 {pct(lat, 0.5) * 1000:6.0f} ms  "
+        f"p99 {pct(lat, 0.99) * 1000:6.0f} ms"
+    )
+
+
+def http_batch_sizes(url: str) -> str:
+    """The service's coalesced batch-size histogram (cumulative buckets)."""
+    text = httpx.get(url + "/metrics").text
+    buckets = []
+    for line in text.splitlines():
+        if line.startswith("gradefleet_coalesced_batch_size_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append(f"<={le}:{float(line.split()[-1]):.0f}")
+    return " ".join(buckets)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=2048)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--half-load-s", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    rollouts = real_rollouts()[: args.rollouts]
+    n = len(rollouts)
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = Bench(Path(tmp), 2, 5.0)
+        server = start_serve(Path(tmp), broker=bench.redis.url)
+        os.environ["GRADEFLEET_URL"] = bench.redis.url
+        try:
+            run(bench, server.url, rollouts, n, args)
+        finally:
+            server.stop()
+            bench.close()
+    return 0
+
+
+def run(  # noqa: C901 (one straight script of sections)
+    bench: Bench, url: str, rollouts: list[Rollout], n: int, args: Any
+) -> None:
+    bodies = [
+        json.dumps({"items": [{"response": r.response, "gold": r.gold}]}).encode()
+        for r in rollouts
+    ]
+    batch_s: list[float] = []
+    results: dict[str, list[tuple[float, list[float]]]] = {}
+    sizes: dict[str, Counter[int]] = {}
+
+    async def via_client() -> tuple[float, list[float]]:
+        async with CoalescingGrader(bench.redis.url) as grader:
+            out = await concurrent(lambda r: grader.grade([r]), rollouts)
+            sizes["async client"] = grader.coalescer.batch_sizes
+            return out
+
+    async def via_verl() -> tuple[float, list[float]]:
+        def one(r: Rollout) -> Awaitable[object]:
+            return verl.compute_score(
+                data_source="lighteval/MATH",
+                solution_str=r.response,
+                ground_truth=r.gold,
+                extra_info={"index": 0},
+            )
+
+        out = await concurrent(one, rollouts)
+        sizes["verl adapter"] = grader_for().coalescer.batch_sizes
+        await close_graders()
+        return out
+
+    async def via_http() -> tuple[float, list[float]]:
+        started = time.perf_counter()
+        replies = await post_json_many(url, "/v1/grade", bodies)
+        wall = time.perf_counter() - started
+        assert {status for status, _, _ in replies} == {200}
+        return wall, [seconds for _, _, seconds in replies]
+
+    print(f"== {n} concurrent single-rollout calls vs one batch (2 workers)")
+    for _ in range(args.rounds):
+        bench.flush_cache()
+        batch_s.append(timed_batch(bench, rollouts))
+        for name, fn in (
+            ("async client (coalescing)", via_client),
+            ("HTTP /v1/grade, 1 item each", via_http),
+            ("verl adapter compute_score", via_verl),
+        ):
+            bench.flush_cache()
+            results.setdefault(name, []).append(asyncio.run(fn()))
+    base_rps = n / statistics.median(batch_s)
+    print(f"  {'one GradingClient.grade() batch':<34} {base_rps:8.0f} rollouts/s")
+    for name, rounds in results.items():
+        wall, lat = sorted(rounds)[len(rounds) // 2]
+        report(name, n, wall, lat, base_rps)
+    print("  coalesced batch sizes (last round):")
+    for name, counter in sizes.items():
+        print(f"    {name:<20} {sizes_line(counter)}")
+    print(f"    {'HTTP (service)':<20} {http_batch_sizes(url)}")
+
+    rate = base_rps / 2
+    count = max(200, int(rate * args.half_load_s))
+    sample = (rollouts * (count // n + 1))[:count]
+    print(f"== half load: {rate:.0f} calls/s open loop for {count / rate:.1f} s")
+
+    async def half_client() -> None:
+        async with CoalescingGrader(bench.redis.url) as grader:
+            lat = await open_loop(lambda r: grader.grade([r]), sample, rate)
+            print(
+                f"  async client: p50 {pct(lat, 0.5) * 1000:.1f} ms (target < 50 ms) "
+                f"p99 {pct(lat, 0.99) * 1000:.1f} ms; batches "
+                f"{sizes_line(grader.coalescer.batch_sizes)}"
+            )
+
+    async def half_http() -> None:
+        def one(r: Rollout) -> Awaitable[object]:
+            body = {"items": [{"response": r.response, "gold": r.gold}]}
+            return post_json(url, "/v1/grade", json.dumps(body).encode())
+
+        lat = await open_loop(one, sample, rate)
+        print(
+            f"  HTTP: p50 {pct(lat, 0.5) * 1000:.1f} ms (target < 50 ms) "
+            f"p99 {pct(lat, 0.99) * 1000:.1f} ms"
+        )
+
+    bench.flush_cache()
+    asyncio.run(half_client())
+    bench.flush_cache()
+    asyncio.run(half_http())
+
+    print("== one 256-rollout request: HTTP vs the Python client (median of rounds)")
+    chunk = rollouts[:256]
+    body = {"items": [{"response": r.response, "gold": r.gold} for r in chunk]}
+    http_s, client_s = [], []
+    with httpx.Client(timeout=120) as http:
+        for _ in range(max(3, args.rounds * 2)):
+            bench.flush_cache()
+            started = time.perf_counter()
+            assert http.post(url + "/v1/grade", json=body).status_code == 200
+            http_s.append(time.perf_counter() - started)
+            bench.flush_cache()
+            client_s.append(timed_batch(bench, chunk))
+    ratio = statistics.median(client_s) / statistics.median(http_s)
+    print(
+        f"  HTTP {statistics.median(http_s) * 1000:.0f} ms, client "
+        f"{statistics.median(client_s) * 1000:.0f} ms: HTTP at {ratio:.2f}x the "
+        "client's speed (target >= 0.9x)"
+    )
+
+
+def timed_batch(bench: Bench, rollouts: Sequence[Rollout]) -> float:
+    started = time.perf_counter()
+    bench.grade(rollouts)
+    return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""deploy/docker-compose.yml is consistent: every service, volume, port, env var, file
+and command-line flag it names exists (deploy/test-image.sh runs its worker command
+from the built image; no registry here to pull Redis, Prometheus or Grafana)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from workers.__main__ import build_parser
+from workers.settings import WorkerSettings
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+COMPOSE: dict[str, Any] = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+
+
+def _env_read_by_worker() -> set[str]:
+    class Recording(dict[str, str]):
+        def get(self, key, default=None):
+            read.add(key)
+            return super().get(key, default)
+
+    read: set[str] = set()
+    WorkerSettings.from_env(Recording())
+    return read
+
+
+def _command_text(service: str) -> str:
+    return " ".join(map(str, SERVICES[service]["command"]))
+
+
+def test_deploy_compose_services():
+    assert set(SERVICES) == {
+        "broker", "cache", "worker", "service", "prometheus", "grafana",
+    }  # fmt: skip
+    for name, service in SERVICES.items():
+        for dep in service.get("depends_on", []):
+            assert dep in SERVICES, (name, dep)
+    assert SERVICES["worker"]["deploy"]["replicas"] >= 2
+
+
+def test_deploy_compose_redis_roles():
+    broker, cache = _command_text("broker"), _command_text("cache")
+    assert "--maxmemory-policy noeviction" in broker
+    assert "--appendonly yes" in broker
+    assert "broker-data:/data" in SERVICES["broker"]["volumes"]
+    assert "--maxmemory-policy allkeys-lru" in cache
+    assert "--save  --appendonly no" in cache  # --save "" : no snapshots
+    assert "volumes" not in SERVICES["cache"]
+
+
+def test_deploy_compose_worker_command_and_env():
+    command = [str(a) for a in SERVICES["worker"]["command"]]
+    assert command[0] == "worker"
+    build_parser().parse_args(command[1:])  # exits (SystemExit) on an unknown flag
+    env = SERVICES["worker"]["environment"]
+    assert set(env) <= _env_read_by_worker()
+    for url in env.values():
+        host, port = re.fullmatch(r"redis://([\w-]+):(\d+)/\d+", url).groups()  # type: ignore[union-attr]
+        assert host in {"broker", "cache"}
+        assert port == "6379"
+    assert env["GRADEFLEET_BROKER_URL"].startswith("redis://broker:")
+    assert env["GRADEFLEET_CACHE_URL"].startswith("redis://cache:")
+    # The memory limit holds every sandbox child at its cap, plus the processes.
+    settings = WorkerSettings.from_env(env)
+    parsed = build_parser().parse_args(command[1:])
+    concurrency = parsed.concurrency or settings.concurrency
+    limit = SERVICES["worker"]["deploy"]["resources"]["limits"]["memory"]
+    assert int(limit.removesuffix("m")) >= concurrency * settings.item_memory_mb + 256
+    # Warm shutdown: the longest batch finishes before the stop timeout.
+    grace = int(SERVICES["worker"]["stop_grace_period"].removesuffix("s"))
+    assert grace >= settings.longest_batch_s + 30
+
+
+def test_deploy_compose_metrics_port_matches_prometheus():
+    command = [str(a) for a in SERVICES["worker"]["command"]]
+    port = int(command[command.index("--metrics-port") + 1])
+    prometheus = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
+    (job,) = [
+        j for j in prometheus["scrape_configs"] if j["job_name"] == "gradefleet-workers"
+    ]
+    (sd,) = job["dns_sd_configs"]
+    assert sd["names"] == ["worker"]
+    assert sd["port"] == port
+    for rule_file in prometheus["rule_files"]:
+        assert (DEPLOY / "prometheus" / rule_file).is_file()
+
+
+def test_deploy_compose_service():
+    command = [str(a) for a in SERVICES["service"]["command"]]
+    assert command[0] == "serve"
+    env = SERVICES["service"]["environment"]
+    assert (
+        env["GRADEFLEET_BROKER_URL"]
+        == SERVICES["worker"]["environment"]["GRADEFLEET_BROKER_URL"]
+    )
+    # The token is required, never defaulted in the file.
+    assert env["GRADEFLEET_SERVE_TOKEN"].startswith("${GRADEFLEET_SERVE_TOKEN:?")
+    port = command[command.index("--port") + 1]
+    assert env["GRADEFLEET_HEALTHCHECK_URL"] == f"http://127.0.0.1:{port}/readyz"
+    assert SERVICES["service"]["ports"] == [f"{port}:{port}"]
+    from producer.cli import cli
+
+    serve = cli.commands["serve"]
+    flags = {opt for p in serve.params for opt in getattr(p, "opts", [])}
+    assert {a for a in command[1:] if a.startswith("--")} <= flags
+    envvars = {p.envvar for p in serve.params if isinstance(p.envvar, str)}
+    assert {"GRADEFLEET_SERVE_TOKEN", "GRADEFLEET_BROKER_URL"} <= envvars
+
+
+def test_deploy_compose_image_build():
+    for name in ("worker", "service"):
+        build = SERVICES[name]["build"]
+        context = (DEPLOY / build["context"]).resolve()
+        assert (context / build["dockerfile"]).is_file()
+        assert (context / "pyproject.toml").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_deploy_compose_volumes_exist(name):
+    for volume in SERVICES[name].get("volumes", []):
+        source, target = volume.split(":")[:2]
+        assert target.startswith("/")
+        if source.startswith("."):
+            assert (DEPLOY / source).exists(), volume
+        else:
+            assert source in COMPOSE["volumes"], volume
+
+
+def test_deploy_compose_named_volumes_are_used():
+    used = {
+        v.split(":")[0] for s in SERVICES.values() for v in s.get("volumes", [])
+    }  # fmt: skip
+    assert set(COMPOSE["volumes"]) <= used
+
+
+def test_deploy_compose_host_ports_unique():
+    host_ports = [
+        p.split(":")[0] for s in SERVICES.values() for p in s.get("ports", [])
+    ]
+    assert len(host_ports) == len(set(host_ports))
+
+
+def test_deploy_compose_grafana_provisioning():
+    mounts = dict(v.split(":")[:2] for v in SERVICES["grafana"]["volumes"])
+    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+    provisioning = DEPLOY / "grafana/provisioning"
+    dashboards = yaml.safe_load(
+        (provisioning / "dashboards/gradefleet.yml").read_text()
+    )
+    (provider,) = dashboards["providers"]
+    assert provider["options"]["path"] == mounts["./grafana/dashboards"]
+    assert list((DEPLOY / "grafana/dashboards").glob("*.json"))
+    sources = yaml.safe_load((provisioning / "datasources/prometheus.yml").read_text())
+    (source,) = sources["datasources"]
+    port = SERVICES["prometheus"]["ports"][0].split(":")[1]
+    assert source["url"] == f"http://prometheus:{port}"
+
+
+PODMAN_COMPOSE = (sys.executable, "-m", "podman_compose", "--dry-run")
+
+
+def _podman_compose_config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # --dry-run: podman-compose resolves the file without calling podman.
+    return subprocess.run(
+        [*PODMAN_COMPOSE, "-f", str(DEPLOY / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def test_deploy_compose_podman_compose_config():
+    env = {k: v for k, v in os.environ.items() if k != "GRADEFLEET_SERVE_TOKEN"}
+    missing = _podman_compose_config(env)
+    assert missing.returncode != 0
+    assert "GRADEFLEET_SERVE_TOKEN" in missing.stderr
+    proc = _podman_compose_config({**env, "GRADEFLEET_SERVE_TOKEN": "t0ken"})
+    assert proc.returncode == 0, proc.stderr
+    resolved = yaml.safe_load(proc.stdout)
+    assert set(resolved["services"]) == set(SERVICES)
+    assert resolved["services"]["service"]["environment"]["GRADEFLEET_SERVE_TOKEN"] == (
+        "t0ken"
+    )
+    for name in ("worker", "service"):
+        build = resolved["services"][name]["build"]
+        assert (Path(build["context"]) / build["dockerfile"]).is_file()
+    assert "broker-data" in resolved["volumes"]
