@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from producer.client import GradingClient
     from producer.job import GradingJob
     from workers.local import LocalPool
+    from workers.signing import Keyring
 
 __all__ = [
     "Backend",
@@ -192,8 +193,10 @@ class FleetBackend:
         *,
         item_timeout_s: float = 5.0,
         job_limit_s: float = DEFAULT_FLEET_JOB_LIMIT_S,
+        keyring: Keyring | None = None,
     ) -> None:
         self.broker_url = broker_url
+        self._keyring = keyring  # the fleet key (`workers.signing`), if it has one
         self._item_timeout_s = item_timeout_s
         self._job_limit_s = job_limit_s
         self._clients: dict[GradeOptions, GradingClient] = {}
@@ -212,7 +215,10 @@ class FleetBackend:
             # One client per options value (the options travel per client); the
             # set of values in use is tiny.
             client = GradingClient(
-                self.broker_url, options=options, item_timeout_s=self._item_timeout_s
+                self.broker_url,
+                options=options,
+                item_timeout_s=self._item_timeout_s,
+                keyring=self._keyring,
             )
             self._clients[options] = client
         return client
@@ -427,8 +433,10 @@ def open_backend(
     item_timeout_s: float = 5.0,
     item_memory_mb: int = 1024,
     cache_path: Path | None = None,
+    keyring: Keyring | None = None,
 ) -> Backend:
-    """The backend for `url` (see the module docstring); connects lazily."""
+    """The backend for `url` (see the module docstring); connects lazily.
+    `keyring`: a fleet's signing keys (redis:// URLs only)."""
     if not url:
         import os
 
@@ -440,7 +448,7 @@ def open_backend(
         )
     scheme = url.split(":", 1)[0].lower()
     if scheme in ("redis", "rediss"):
-        return FleetBackend(url, item_timeout_s=item_timeout_s)
+        return FleetBackend(url, item_timeout_s=item_timeout_s, keyring=keyring)
     if scheme in ("http", "https"):
         return HttpBackend(url, token=token)
     raise ValueError(

@@ -43,6 +43,7 @@ from producer.watchdog import NoWorkerWatch
 from workers import __version__
 from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
+from workers.signing import Keyring, keyring_from_env
 from workers.sizing import LOCAL_BATCH_SIZE
 from workers.urls import connect_url, read_secret
 
@@ -133,6 +134,14 @@ def _connect_url(url: str) -> str:
         return connect_url(url, password=password)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--broker'") from exc
+
+
+def _keyring() -> Keyring | None:
+    """The fleet key from `GRADEFLEET_SIGNING_KEY(_FILE)` (workers read the same)."""
+    try:
+        return keyring_from_env(os.environ)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="GRADEFLEET_SIGNING_KEY") from exc
 
 
 @cli.command(epilog="Field aliases, first present wins:\n\n" + alias_table_text())
@@ -279,6 +288,7 @@ def grade(
         item_memory_mb=item_memory_mb,
         cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
         priority=priority,
+        keyring=_keyring() if broker else None,
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     started_s = time.monotonic()

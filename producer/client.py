@@ -27,10 +27,12 @@ from workers.contract import (
     WireBatch,
     batch_to_wire,
     detach_items,
+    sign_task,
 )
 from workers.lanes import INTERACTIVE, Lane, parse_lane, queue_for
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.protocol import batch_items_key
+from workers.signing import Keyring, items_digest
 from workers.sizing import batch_size_for
 from workers.urls import connect_url, redact_url
 
@@ -102,6 +104,9 @@ class GradingClient:
         on_deadline: what a job does at its deadline: "raise" DeadlinePassedError
             (default), or "timeout": every rollout still ungraded gets a `timeout`
             verdict, and the job's queued batches are dropped.
+        keyring: the fleet's signing keys (`workers.signing`): tasks are signed,
+            and results are accepted only with a valid MAC. Without it, a result is
+            still refused when it names other items than were sent.
 
     Raises:
         BrokerUnavailableError: the broker or result backend does not answer a ping.
@@ -122,6 +127,7 @@ class GradingClient:
         priority: str = INTERACTIVE,
         max_batches_in_flight: int = DEFAULT_MAX_BATCHES_IN_FLIGHT,
         on_deadline: OnDeadline = "raise",
+        keyring: Keyring | None = None,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be ≥ 1")
@@ -143,6 +149,7 @@ class GradingClient:
         )
         self.options = options or GradeOptions()
         self._metrics = metrics
+        self._keyring = keyring
         backend_url = result_backend or broker_url
         _ping(broker_url)
         if backend_url != broker_url:
@@ -226,6 +233,7 @@ class GradingClient:
             lane=lane,
             on_deadline=self.on_deadline,
             on_progress=self._board.update,
+            keyring=self._keyring,
         )
         job.start()
         if self._metrics is not None:
@@ -265,6 +273,9 @@ class GradingClient:
                     attempt=batch.attempt,
                 )
             )
+            batch.items_digest = items_digest(items_json)
+            if self._keyring is not None:
+                wire = sign_task(wire, items_json, self._keyring)
             pipe.set(wire["items_key"], items_json, ex=self._items_ttl_s)
             wires.append(wire)
         pipe.execute()

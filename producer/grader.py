@@ -234,6 +234,7 @@ class _FleetGrader(GraderBase):
             options=options,
             item_timeout_s=settings.item_timeout_s,
             priority=settings.priority,
+            keyring=settings.keyring,
         )
 
     def grade(

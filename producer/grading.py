@@ -31,6 +31,7 @@ from producer.coalesce import (
 from producer.errors import InvalidRolloutError
 from workers.contract import MAX_TEXT_CHARS
 from workers.models import GradeOptions, Verdict
+from workers.signing import keyring_from_env
 
 __all__ = [
     "BlockingGrader",
@@ -176,8 +177,12 @@ def grader_for(url: str | None = None, *, token: str | None = None) -> Coalescin
     graders = _registry.setdefault(loop, {})
     grader = graders.get((url, token))
     if grader is None:
+        # A fleet's signing key is read with its URL (the workers read the same).
+        extra: dict[str, Any] = {}
+        if url.split(":", 1)[0].lower() in ("redis", "rediss"):
+            extra["keyring"] = keyring_from_env(os.environ)
         grader = graders[(url, token)] = CoalescingGrader(
-            url or None, token=token or None
+            url or None, token=token or None, **extra
         )
     return grader
 

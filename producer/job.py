@@ -37,8 +37,10 @@ from workers.protocol import (
     TaskMeta,
     job_done_key,
     read_task_meta,
+    result_rejection,
     task_meta_key,
 )
+from workers.signing import Keyring
 
 __all__ = ["Batch", "GradingJob", "OnDeadline", "Progress", "format_ranges"]
 
@@ -52,6 +54,7 @@ _MAX_FAILURES = 3
 # Celery, which pushes no id), a heartbeat or a worker of an older version is seen.
 _WAIT_MAX_S = 0.25
 _RESEND_CHECK_S = 0.25
+_RESTART_CHECK_S = 1.0
 # What a failed publish raises: the job tries again at its next poll.
 _PUBLISH_ERRORS = (BrokerUnavailableError, OperationalError, redis.RedisError, OSError)
 
@@ -70,6 +73,7 @@ class Batch:
     failures: int = 0
     resends: int = 0
     done: bool = False
+    items_digest: str | None = None  # of the items as last stored (`_store_items`)
     key: bytes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -121,9 +125,11 @@ class GradingJob:
         lane: str = "interactive",
         on_deadline: OnDeadline = "raise",
         on_progress: Callable[[GradingJob], None] | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self.job_id = job_id
         self.lane = lane
+        self._keyring = keyring
         self._done_key = job_done_key(job_id).encode()
         self.total = total
         self._batches = batches
@@ -145,6 +151,11 @@ class GradingJob:
         self._last_activity = time.monotonic()
         self._last_resend_check = 0.0
         self.resent_batches = 0
+        # Redis restarts are told by the server's run_id (a new one per start).
+        self._run_id: str | None = None
+        self._last_restart_check = 0.0
+        self._republish = False
+        self.broker_restarts = 0
 
     def start(self) -> None:
         """Publish the first window of batches.
@@ -152,8 +163,38 @@ class GradingJob:
         Raises:
             what `publish` raises (the broker is unreachable).
         """
+        self._run_id = self._server_run_id()
         self._send_next(self._max_in_flight, raise_errors=True)
         self._report()
+
+    def _server_run_id(self) -> str | None:
+        try:
+            run_id = self._redis.info("server").get("run_id")
+        except (redis.RedisError, OSError):
+            return None  # down (the next check sees the new one) or INFO refused
+        return str(run_id) if run_id else None
+
+    def _check_restart(self, now: float) -> None:
+        """Re-publish every unfinished batch at once when Redis restarted.
+
+        A restart without persistence loses the queue, the stored items and the
+        results; waiting for the stall timer cost a full `stall_after_s` of idle
+        fleet. Checked once a second (INFO); a re-publish that fails while Redis is
+        still coming up is tried again at the next check.
+        """
+        if now - self._last_restart_check < _RESTART_CHECK_S:
+            return
+        self._last_restart_check = now
+        run_id = self._server_run_id()
+        if run_id is not None and self._run_id is not None and run_id != self._run_id:
+            self.broker_restarts += 1
+            self._republish = True
+        if run_id is not None:
+            self._run_id = run_id
+        if self._republish:
+            pending = [b for b in self._batches[: self._sent] if not b.done]
+            sent = [self._resend(b) for b in pending]  # every one, even after a miss
+            self._republish = not all(sent)
 
     @property
     def done(self) -> int:
@@ -225,6 +266,7 @@ class GradingJob:
             time.sleep(timeout_s)  # backend restarting: the deadline covers it
 
     def _maybe_resend(self, now: float) -> None:
+        self._check_restart(now)
         if now - self._last_resend_check >= _RESEND_CHECK_S:
             self._last_resend_check = now
             self._resend_stale(now)
@@ -329,10 +371,20 @@ class GradingJob:
         batch.state = meta.status
         if meta.status == "SUCCESS":
             pairs = meta.results or []
-            if {i for i, _ in pairs} == {item[0] for item in batch.items}:
+            rejection = result_rejection(
+                meta.envelope,
+                job_id=self.job_id,
+                batch_id=batch.batch_id,
+                items_digest=batch.items_digest,
+                keyring=self._keyring,
+            )
+            if rejection is not None:
+                self._on_failure(batch, rejection)
+            elif {i for i, _ in pairs} == {item[0] for item in batch.items}:
                 batch.done = True
                 return self._accept(pairs)
-            self._on_failure(batch, "result does not cover the batch's indexes")
+            else:
+                self._on_failure(batch, "result does not cover the batch's indexes")
         elif meta.status == "FAILURE":
             self._on_failure(batch, meta.failure or "")
         return []
@@ -379,12 +431,14 @@ class GradingJob:
         if stalled:
             self._last_activity = now
 
-    def _resend(self, batch: Batch) -> None:
+    def _resend(self, batch: Batch) -> bool:
+        """Publish `batch` again; False when the broker refused (tried again later)."""
         try:
             self._publish([batch])
         except _PUBLISH_ERRORS:
-            return  # broker down: try again at the next check
+            return False  # broker down: try again at the next check
         batch.resends += 1
         self.resent_batches += 1
         if self._metrics is not None:
             self._metrics.batches_resent.inc()
+        return True

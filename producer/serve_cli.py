@@ -146,6 +146,7 @@ def serve(
     from producer.adapters.reward import RewardConfig
     from producer.grading import CoalescingGrader
     from producer.service import ServiceMetrics, create_app
+    from workers.signing import keyring_from_env
 
     cache_path = None
     if broker is None and not no_cache:
@@ -158,7 +159,7 @@ def serve(
         max_delay_s=coalesce_delay_ms / 1000,
         max_backlog_items=max_backlog,
         **(
-            {"item_timeout_s": item_timeout_s}
+            {"item_timeout_s": item_timeout_s, "keyring": keyring_from_env(os.environ)}
             if broker
             else {
                 "processes": processes,

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.signing import Keyring
 from workers.urls import redact_url
 
 __all__ = ["CACHE_FILE_NAME", "ProducerSettings", "default_cache_dir", "redact_url"]
@@ -40,6 +41,8 @@ class ProducerSettings:
             None disables the cache.
         priority: on a fleet, the lane of the file's jobs: `bulk` (a sweep: workers
             take interactive work, such as RL steps, first) or `interactive`.
+        keyring: fleet mode: the fleet's signing keys (tasks signed, results
+            verified; see `workers.signing`).
     """
 
     broker_url: str | None = None
@@ -50,6 +53,7 @@ class ProducerSettings:
     item_memory_mb: int = 1024
     cache_dir: Path | None = None
     priority: str = "bulk"
+    keyring: Keyring | None = None
 
     def __post_init__(self) -> None:
         checks = {

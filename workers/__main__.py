@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from workers.settings import WorkerSettings
 from workers.urls import connect_url, read_secret
@@ -128,11 +130,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse options, build settings (the worker's only env read), run the worker."""
     args = build_parser().parse_args(argv)
     settings = settings_from_args(args, os.environ)
+    if settings.keyring is None:
+        print(
+            "gradefleet worker: no GRADEFLEET_SIGNING_KEY(_FILE): tasks, results, saved"
+            " verdicts and cache entries are not authenticated (see deploy/README.md)",
+            file=sys.stderr,
+        )
     _setup_metrics(settings)
+    from celery.signals import worker_init
+
     from workers.app import create_app
 
     app = create_app(settings)
+    workers: list[Any] = []
+
+    def remember(sender: Any = None, **_: Any) -> None:
+        workers.append(sender)
+
+    # `worker_main` drops the worker's exit code (Celery's `app.start` returns it
+    # only from its error path): an "Unrecoverable error" (the broker refusing a
+    # write at maxmemory, a READONLY replica, a missing ACL permission) ended the
+    # process with status 0, and a supervisor restarting on failure left it dead.
+    worker_init.connect(remember, weak=False)
     app.worker_main(worker_argv(settings))
+    code = next((w.exitcode for w in workers if w is not None), None)
+    if isinstance(code, int) and code != 0:
+        print(
+            f"gradefleet worker: stopped by an unrecoverable error (see the CRITICAL "
+            f"line above; often the broker refusing a command): exit status {code}",
+            file=sys.stderr,
+        )
+        return code
     return 0
 
 

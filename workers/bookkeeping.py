@@ -25,6 +25,7 @@ from workers.protocol import (
     progress_meta,
     task_meta,
 )
+from workers.signing import Keyring
 
 __all__ = ["BatchProgress", "Heartbeat", "ResultSlot"]
 
@@ -53,7 +54,14 @@ class ResultSlot:
 
 
 class BatchProgress:
-    """A batch's attempt counter, saved verdicts and (optionally) result state."""
+    """A batch's attempt counter, saved verdicts and (optionally) result state.
+
+    With a keyring, each saved verdict carries a MAC over the batch id, the digest
+    of the batch's items, its index and itself (`<tag>|<verdict JSON>`): one that
+    does not verify (written by anyone without the key, copied from another index
+    or batch, or saved by a delivery of other items under this batch's id) is
+    counted in `rejected` and graded again.
+    """
 
     def __init__(
         self,
@@ -61,12 +69,38 @@ class BatchProgress:
         batch_id: str,
         ttl_s: int,
         slot: ResultSlot | None = None,
+        *,
+        keyring: Keyring | None = None,
+        items_digest: str = "",
     ) -> None:
         self._redis = client
+        self._batch_id = batch_id
         self._attempts = attempts_key(batch_id)
         self._partial = partial_key(batch_id)
         self._ttl_s = ttl_s
         self._slot = slot
+        self._keyring = keyring
+        self._items_digest = items_digest
+        self.rejected = 0
+
+    def _seal(self, index: int, verdict_json: str) -> str:
+        if self._keyring is None:
+            return verdict_json
+        tag = self._keyring.sign(
+            "partial", self._batch_id, self._items_digest, str(index), verdict_json
+        )
+        return f"{tag}|{verdict_json}"
+
+    def _open(self, index: int, raw: bytes) -> str | None:
+        text = raw.decode("utf-8", "replace")
+        if self._keyring is None:
+            return text
+        tag, _, verdict_json = text.partition("|")
+        parts = (self._batch_id, self._items_digest, str(index), verdict_json)
+        if not self._keyring.verify(tag, "partial", *parts):
+            self.rejected += 1
+            return None
+        return verdict_json
 
     def _result_pipe(self, main: Any) -> Any:
         """The pipeline for the result key: `main` when both live in one Redis."""
@@ -93,12 +127,16 @@ class BatchProgress:
                 other.execute()
         attempts, _, saved = pipe.execute()[:3]
         verdicts: dict[int, Verdict] = {}
-        for index, raw in saved.items():
+        for field, raw in saved.items():
             try:
-                verdict = Verdict.from_dict(json.loads(raw))
+                index = int(field)
+                text = self._open(index, raw)
+                if text is None:
+                    continue  # forged or misplaced: grade that item again
+                verdict = Verdict.from_dict(json.loads(text))
             except (KeyError, TypeError, ValueError):
                 continue  # unreadable (another version?): grade that item again
-            verdicts[int(index)] = verdict
+            verdicts[index] = verdict
         return int(attempts), verdicts
 
     def save(self, pairs: Sequence[tuple[int, Verdict]]) -> None:
@@ -106,7 +144,8 @@ class BatchProgress:
         if not pairs:
             return
         mapping: dict[str | bytes, bytes | float | int | str] = {
-            str(index): json.dumps(verdict.to_dict()) for index, verdict in pairs
+            str(index): self._seal(index, json.dumps(verdict.to_dict()))
+            for index, verdict in pairs
         }
         pipe = self._redis.pipeline(transaction=False)
         pipe.hset(self._partial, mapping=mapping)
@@ -115,8 +154,8 @@ class BatchProgress:
 
     def finish(self, result_json: str | None = None) -> None:
         """This delivery ended cleanly: store the result (JSON text) as SUCCESS (with
-        a slot), drop the saved verdicts (the result holds them all) and stop counting
-        it towards poisoning, in one round trip."""
+        a slot), drop the saved verdicts (the result holds them all) and the delivery
+        counter, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         other = pipe
         if self._slot is not None and result_json is not None:
@@ -127,9 +166,9 @@ class BatchProgress:
             # always finds the result.
             other.rpush(self._slot.done_key, self._slot.task_id)
             other.expire(self._slot.done_key, self._slot.ttl_s)
-        pipe.decr(self._attempts)
-        pipe.expire(self._attempts, self._ttl_s)
-        pipe.delete(self._partial)
+        # Both go: a later copy of this batch finds the result and is not graded
+        # (`tasks._stale_delivery`), so no per-batch key outlives the batch.
+        pipe.delete(self._attempts, self._partial)
         if other is not pipe:
             other.execute()  # the result first: a lost DECR only ages out
         pipe.execute()

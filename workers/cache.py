@@ -32,6 +32,7 @@ from workers.models import (
     Verdict,
 )
 from workers.protocol import result_key
+from workers.signing import Keyring
 
 __all__ = [
     "ANSWER_FIELDS",
@@ -199,6 +200,11 @@ class RedisResultCache:
     failed commands by default (seconds on a refused connection), and every batch
     pays that while the cache is down (the batch itself goes on without cache).
 
+    With a keyring, each value is `<tag>|<entry JSON>`, the tag a MAC over the key's
+    digest and the entry (`workers.signing`): an entry that does not verify (one SET
+    by anyone without the key, or copied from another key) is a miss, reported to
+    `on_rejected` with how many, and is overwritten when the item is graded again.
+
     Raises:
         CacheError: on any Redis error (callers degrade to grading without cache).
     """
@@ -209,6 +215,8 @@ class RedisResultCache:
         *,
         ttl_s: int = 86_400,
         namespace: str = "gradefleet",
+        keyring: Keyring | None = None,
+        on_rejected: Callable[[int], None] | None = None,
     ) -> None:
         if ttl_s < 1:
             raise ValueError(f"ttl_s must be >= 1 s, got {ttl_s}")
@@ -218,6 +226,8 @@ class RedisResultCache:
         # EVALSHA, with redis-py loading the script on NOSCRIPT.
         self._set_many_script = redis_client.register_script(_SET_MANY_LUA)
         self._scripting = True
+        self._keyring = keyring
+        self._on_rejected = on_rejected
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         if not keys:
@@ -228,17 +238,39 @@ class RedisResultCache:
         except redis.RedisError as exc:
             raise CacheError(f"redis MGET of {len(names)} keys failed: {exc}") from exc
         found: dict[str, dict[str, Any]] = {}
+        rejected = 0
         for key, raw in zip(keys, raws, strict=True):
+            if raw is not None and self._keyring is not None:
+                raw = self._open(key, raw)
+                rejected += raw is None
             entry = _decode_entry(raw)
             if entry is not None:
                 found[key] = entry
+        if rejected and self._on_rejected is not None:
+            self._on_rejected(rejected)
         return found
+
+    def _open(self, key: str, raw: bytes | str) -> str | None:
+        """The entry JSON of a signed value, or None when its MAC does not verify."""
+        assert self._keyring is not None
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        tag, _, entry_json = text.partition("|")
+        if not self._keyring.verify(tag, "cache", key, entry_json):
+            return None
+        return entry_json
+
+    def _seal(self, key: str, entry_json: str) -> str:
+        if self._keyring is None:
+            return entry_json
+        return f"{self._keyring.sign('cache', key, entry_json)}|{entry_json}"
 
     def set_many(self, entries: Mapping[str, dict[str, Any]]) -> None:
         if not entries:
             return
         names = [result_key(key, self._namespace) for key in entries]
-        values = [_encode_entry(entry) for entry in entries.values()]
+        values = [
+            self._seal(key, _encode_entry(entry)) for key, entry in entries.items()
+        ]
         try:
             if self._scripting:
                 self._set_scripted(names, values)

@@ -15,6 +15,7 @@ from typing import Any, NotRequired, TypedDict
 from workers.errors import InvalidRequestError
 from workers.models import GradeOptions
 from workers.protocol import SCHEMA_VERSION, batch_items_key
+from workers.signing import Keyring, items_digest
 
 __all__ = [
     "GRADE_BATCH",
@@ -28,7 +29,10 @@ __all__ = [
     "batch_to_wire",
     "detach_items",
     "items_reference",
+    "sign_task",
+    "task_mac_ok",
     "text_error",
+    "wire_items_digest",
 ]
 
 GRADE_BATCH = "gradefleet.grade_batch"
@@ -75,6 +79,7 @@ class WireBatch(TypedDict):
     options: dict[str, Any]
     items: NotRequired[list[WireItem]]
     items_key: NotRequired[str]
+    mac: NotRequired[str]  # `sign_task`: binds ids, items and options
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +128,40 @@ def detach_items(wire: WireBatch) -> tuple[WireBatch, str]:
     detached["items_key"] = batch_items_key(wire["batch_id"])
     # ASCII-only JSON: model text may hold lone surrogates, which UTF-8 cannot carry.
     return detached, json.dumps(items)
+
+
+def _task_mac_parts(
+    job_id: str, batch_id: str, digest: str, options: Mapping[str, Any]
+) -> tuple[str, str, str, str]:
+    return (job_id, batch_id, digest, json.dumps(options, sort_keys=True))
+
+
+def sign_task(wire: WireBatch, items_json: str, keyring: Keyring) -> WireBatch:
+    """`wire` with a MAC over its job id, batch id, items and options: a worker with
+    the key grades no message that was not built by a holder of the key, and no
+    items but those the MAC names (`task_mac_ok`)."""
+    parts = _task_mac_parts(
+        wire["job_id"], wire["batch_id"], items_digest(items_json), wire["options"]
+    )
+    return {**wire, "mac": keyring.sign("task", *parts)}
+
+
+def task_mac_ok(
+    request: WireBatchRequest, mac: object, digest: str, keyring: Keyring
+) -> bool:
+    """Whether `mac` signs this request's ids and options with items of `digest`."""
+    parts = _task_mac_parts(
+        request.job_id, request.batch_id, digest, request.options.to_dict()
+    )
+    return keyring.verify(mac, "task", *parts)
+
+
+def wire_items_digest(data: Mapping[str, Any], payload: bytes | None) -> str:
+    """The digest of a batch's items: of the stored payload (by reference), else of
+    the inline items as the producer encodes them (`detach_items`)."""
+    if payload is not None:
+        return items_digest(payload)
+    return items_digest(json.dumps(data.get("items")))
 
 
 def items_reference(data: Mapping[str, Any]) -> str | None:

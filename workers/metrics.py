@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_BUCKETS_S",
     "CACHE_RESULTS",
+    "INTEGRITY_KINDS",
     "ITEM_BUCKETS_S",
     "QUEUE_WAIT_BUCKETS_S",
     "RESTART_REASONS",
@@ -68,6 +69,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CACHE_RESULTS = ("hit", "miss")
 # "other" bounds the label: an unknown reason from a new sandbox must not mint series.
 RESTART_REASONS = ("timeout", "memory", "crash", "recycle", "other")
+INTEGRITY_KINDS = ("task", "partial", "cache")
 
 # Per item: a cache hit or a Fraction compare is ~5-50 µs, a SymPy pair ~1-5 ms, and
 # the sandbox deadline a few seconds (up to 30 s if configured): buckets resolve all 3.
@@ -148,6 +150,14 @@ class WorkerMetrics:
             registry=reg,
         )
         self._restarts = {r: restarts.labels(reason=r) for r in RESTART_REASONS}
+        rejected = Counter(
+            "gradefleet_integrity_rejected",
+            "Tasks, saved verdicts and cache entries whose MAC did not verify "
+            "(dropped or graded again), by kind.",
+            ["kind"],
+            registry=reg,
+        )
+        self._rejected = {k: rejected.labels(kind=k) for k in INTEGRITY_KINDS}
         self._busy = Gauge(
             "gradefleet_workers_busy",
             "Worker processes grading a batch right now.",
@@ -217,6 +227,11 @@ class WorkerMetrics:
         """Count a sandbox restart; unknown reasons are counted as "other"."""
         key = reason if reason in self._restarts else "other"
         self._restarts[key].inc()
+
+    def integrity_rejected(self, kind: str, count: int = 1) -> None:
+        """Count messages or entries refused because their MAC did not verify."""
+        if count:
+            self._rejected[kind].inc(count)
 
     def batch_done(
         self, *, size: int, duration_s: float, lane: str = INTERACTIVE

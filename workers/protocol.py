@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from workers.errors import InvalidRequestError
 from workers.models import Verdict
+from workers.signing import Keyring
 
 __all__ = [
     "KEY_PREFIX",
     "RUNNING_STATES",
     "SCHEMA_VERSION",
+    "SUCCESS_META_HEAD",
     "TASK_META_PREFIX",
     "UNACKED_KEY",
     "TaskMeta",
@@ -41,6 +43,7 @@ __all__ = [
     "read_task_meta",
     "result_json",
     "result_key",
+    "result_rejection",
     "result_to_wire",
     "results_from_wire",
     "task_meta",
@@ -119,34 +122,107 @@ class WireResultItem(TypedDict):
 
 
 class WireResult(TypedDict):
-    """A batch's SUCCESS result (inside the task meta's `result`)."""
+    """A batch's SUCCESS result (inside the task meta's `result`).
+
+    `items_digest` names the exact items graded (`signing.items_digest`); `mac`
+    (with a fleet key) signs ids, digest and verdicts (`result_mac_ok`).
+    """
 
     schema: int
     job_id: str
     batch_id: str
+    items_digest: NotRequired[str]
     results: list[WireResultItem]
+    mac: NotRequired[str]
+
+
+def _result_items(results: Sequence[tuple[int, Verdict]]) -> list[WireResultItem]:
+    return [
+        {"index": index, "verdict": verdict.to_dict()}
+        for index, verdict in sorted(results, key=lambda pair: pair[0])
+    ]
+
+
+def _result_mac_parts(
+    job_id: str, batch_id: str, digest: str, items: object
+) -> tuple[str, str, str, str]:
+    # The verdicts as `json.dumps` writes them: the producer re-encodes what it
+    # parsed, which gives the same text (keys keep their order, values are str,
+    # bool, int or None).
+    return (job_id, batch_id, digest, json.dumps(items))
 
 
 def result_to_wire(
-    *, job_id: str, batch_id: str, results: Sequence[tuple[int, Verdict]]
+    *,
+    job_id: str,
+    batch_id: str,
+    results: Sequence[tuple[int, Verdict]],
+    items_digest: str | None = None,
+    keyring: Keyring | None = None,
 ) -> WireResult:
-    """Build a batch's result, items sorted by index."""
-    return {
+    """Build a batch's result, items sorted by index (signed with a keyring)."""
+    wire: WireResult = {
         "schema": SCHEMA_VERSION,
         "job_id": job_id,
         "batch_id": batch_id,
-        "results": [
-            {"index": index, "verdict": verdict.to_dict()}
-            for index, verdict in sorted(results, key=lambda pair: pair[0])
-        ],
+        "results": _result_items(results),
     }
+    if items_digest is not None:
+        wire["items_digest"] = items_digest
+        if keyring is not None:
+            parts = _result_mac_parts(job_id, batch_id, items_digest, wire["results"])
+            wire["mac"] = keyring.sign("result", *parts)
+    return wire
 
 
 def result_json(
-    *, job_id: str, batch_id: str, results: Sequence[tuple[int, Verdict]]
+    *,
+    job_id: str,
+    batch_id: str,
+    results: Sequence[tuple[int, Verdict]],
+    items_digest: str | None = None,
+    keyring: Keyring | None = None,
 ) -> str:
     """`result_to_wire` as JSON text (one encoder pass over the whole batch)."""
-    return json.dumps(result_to_wire(job_id=job_id, batch_id=batch_id, results=results))
+    wire = result_to_wire(
+        job_id=job_id,
+        batch_id=batch_id,
+        results=results,
+        items_digest=items_digest,
+        keyring=keyring,
+    )
+    return json.dumps(wire)
+
+
+def result_rejection(
+    data: object,
+    *,
+    job_id: str,
+    batch_id: str,
+    items_digest: str | None,
+    keyring: Keyring | None,
+) -> str | None:
+    """Why a SUCCESS result must not be accepted for `batch_id`, else None.
+
+    It must name the batch and the digest of the items the producer sent (a result
+    of other items under this batch's id, e.g. from a forged task, is refused) and,
+    with a keyring, carry a valid MAC (a result written straight into Redis is).
+    """
+    if not isinstance(data, Mapping) or data.get("batch_id") != batch_id:
+        return "result is for another batch"
+    if data.get("job_id") != job_id:
+        return "result is for another job"
+    digest = data.get("items_digest")
+    if items_digest is not None and digest is not None and digest != items_digest:
+        return "result is for other items than were sent"
+    if keyring is None:
+        return None
+    if not isinstance(digest, str) or digest != items_digest:
+        return "result names no items digest"
+    parts = _result_mac_parts(job_id, batch_id, digest, data.get("results"))
+    if not keyring.verify(data.get("mac"), "result", *parts):
+        return "result MAC does not verify"
+    return None
 
 
 def results_from_wire(data: object) -> list[tuple[int, Verdict]]:
@@ -167,6 +243,11 @@ def results_from_wire(data: object) -> list[tuple[int, Verdict]]:
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidRequestError(f"malformed result item: {exc!r}") from exc
     return pairs
+
+
+# How a SUCCESS written by `task_meta` begins: a worker reads this many bytes to
+# learn that a batch is finished without reading its result.
+SUCCESS_META_HEAD = '{"status": "SUCCESS"'
 
 
 def task_meta(status: str, result_json_text: str, task_id: str) -> str:
@@ -193,11 +274,13 @@ def progress_meta(*, done: int, total: int, beat: int) -> dict[str, int]:
 @dataclass(frozen=True, slots=True)
 class TaskMeta:
     """What a batch's result key says: its state, and the verdicts (SUCCESS with a
-    readable result) or why it failed (FAILURE, or a SUCCESS that cannot be read)."""
+    readable result) or why it failed (FAILURE, or a SUCCESS that cannot be read).
+    `envelope` is the SUCCESS result as stored (for `result_rejection`)."""
 
     status: str
     results: list[tuple[int, Verdict]] | None = None
     failure: str | None = None
+    envelope: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def running(self) -> bool:
@@ -214,10 +297,13 @@ def read_task_meta(payload: bytes | str) -> TaskMeta:
         return TaskMeta(status="", failure="result key holds no object")
     status = str(meta.get("status", ""))
     if status == "SUCCESS":
+        result = meta.get("result")
         try:
-            return TaskMeta(status, results=results_from_wire(meta.get("result")))
+            pairs = results_from_wire(result)
         except InvalidRequestError as exc:
             return TaskMeta(status, failure=str(exc))
+        assert isinstance(result, Mapping)  # results_from_wire checked it
+        return TaskMeta(status, results=pairs, envelope=result)
     if status == "FAILURE":
         result = meta.get("result")
         result = result if isinstance(result, Mapping) else {}

@@ -64,6 +64,9 @@ class TaskObserver:
     def sandbox_restarted(self, reason: str) -> None:
         self.metrics.sandbox_restarted(reason)
 
+    def cache_rejected(self, count: int) -> None:
+        self.metrics.integrity_rejected("cache", count)
+
 
 @dataclass(slots=True, kw_only=True)
 class WorkerRuntime:
@@ -125,7 +128,12 @@ def _grader(
     cache = None
     if settings.cache_url is not None:
         cache_client = clients.get(settings.cache_url)
-        cache = RedisResultCache(cache_client, ttl_s=settings.cache_ttl_s)
+        cache = RedisResultCache(
+            cache_client,
+            ttl_s=settings.cache_ttl_s,
+            keyring=settings.keyring,
+            on_rejected=observer.cache_rejected,
+        )
     return BatchGrader(sandbox=sandbox, cache=cache, observer=observer)
 
 

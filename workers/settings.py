@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from workers.errors import ConfigError
 from workers.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
+from workers.signing import Keyring, keyring_from_env
 from workers.sizing import MAX_AUTO_BATCH_SIZE, RECYCLE_AFTER_ITEMS
 from workers.urls import connect_url, read_secret
 
@@ -45,6 +46,9 @@ class WorkerSettings:
             take tries the bulk lane first (bulk never starves).
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
+        keyring: the fleet's signing keys (`workers.signing`), from
+            `GRADEFLEET_SIGNING_KEY` or the file `GRADEFLEET_SIGNING_KEY_FILE` (one
+            key per line, the first signs); None: nothing is authenticated.
         test_hooks_path: a Python file whose `hooked_grade` replaces the verifier
             in the sandbox: the test tree's misbehaving grader (never in production).
     """
@@ -66,6 +70,7 @@ class WorkerSettings:
     bulk_every: int = DEFAULT_BULK_EVERY
     hostname: str | None = None
     loglevel: str = "INFO"
+    keyring: Keyring | None = None
     test_hooks_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -134,6 +139,7 @@ class WorkerSettings:
             cache_ttl_s=_int(env, "GRADEFLEET_CACHE_TTL_S", 86_400),
             metrics_port=_int(env, "GRADEFLEET_METRICS_PORT", 0),
             metrics_addr=env.get("GRADEFLEET_METRICS_ADDR") or "127.0.0.1",
+            keyring=keyring_from_env(env),
             metrics_dir=env.get("GRADEFLEET_METRICS_DIR") or None,
             max_attempts=_int(env, "GRADEFLEET_MAX_ATTEMPTS", 3),
             recycle_after_items=_int(

@@ -8,6 +8,7 @@ the Redis side of it is `workers.bookkeeping`, the keys and the result envelope 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,10 +25,18 @@ from workers.contract import (
     attach_items,
     batch_from_wire,
     items_reference,
+    task_mac_ok,
+    wire_items_digest,
 )
 from workers.lanes import INTERACTIVE, lane_of_queue
 from workers.models import Status, Verdict
-from workers.protocol import job_done_key, result_json, task_meta_key
+from workers.protocol import (
+    SUCCESS_META_HEAD,
+    job_done_key,
+    job_entry_key,
+    result_json,
+    task_meta_key,
+)
 from workers.runtime import WorkerRuntime, get_runtime
 from workers.sizing import FIRST_CHUNK_ITEMS, next_chunk_items
 from workers.verdicts import failure_verdict, poison_verdict
@@ -40,6 +49,11 @@ __all__ = ["BatchRun", "grade_batch"]
 # was saved); one with slow items saves after each slow chunk.
 SAVE_AFTER_S = 0.25
 _LATE_REASON = "batch time limit reached before this item"
+log = logging.getLogger(__name__)
+# A queued batch of a job whose producer has not refreshed its board entry (every
+# second while it waits; the entry lives 30 s) is abandoned past this age.
+ABANDONED_AFTER_S = 120.0
+_SUCCESS_HEAD = SUCCESS_META_HEAD.encode()
 
 
 class BatchRun:
@@ -57,15 +71,24 @@ class BatchRun:
         task: Task[Any, Any] | None = None,
         *,
         lane: str = INTERACTIVE,
+        items_digest: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.request = request
         self.task = task
         self.lane = lane
+        self.items_digest = items_digest
         self.done: dict[int, Verdict] = {}
         slot = None if task is None else self._result_slot(task)
         ttl_s = 2 * runtime.settings.visibility_timeout_s
-        self.progress = BatchProgress(runtime.redis, request.batch_id, ttl_s, slot)
+        self.progress = BatchProgress(
+            runtime.redis,
+            request.batch_id,
+            ttl_s,
+            slot,
+            keyring=runtime.settings.keyring,
+            items_digest=items_digest or "",
+        )
 
     def run(self) -> list[tuple[int, Verdict]]:
         """Grade what no earlier delivery saved; store the result; verdicts in order."""
@@ -73,6 +96,7 @@ class BatchRun:
         observer = self.runtime.observer
         observer.discard()  # left by a batch that failed: never stored
         attempts, self.done = self.progress.begin()
+        self.runtime.metrics.integrity_rejected("partial", self.progress.rejected)
         todo = [
             GradeItem(index=it["index"], response=it["response"], gold=it["gold"])
             for it in self.request.items
@@ -109,7 +133,11 @@ class BatchRun:
         """The result of exactly this batch's indexes, as JSON text."""
         results = [(it["index"], self.done[it["index"]]) for it in self.request.items]
         return result_json(
-            job_id=self.request.job_id, batch_id=self.request.batch_id, results=results
+            job_id=self.request.job_id,
+            batch_id=self.request.batch_id,
+            results=results,
+            items_digest=self.items_digest,
+            keyring=self.runtime.settings.keyring,
         )
 
     def _grade_or_stand_in(self, todo: list[GradeItem], attempts: int) -> None:
@@ -175,16 +203,81 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
     task's result key by `BatchRun`."""
     runtime = get_runtime()
     key = items_reference(wire)
+    payload, stale = _read_delivery(runtime, str(self.request.id), wire, key)
+    if stale is not None:
+        log.info("batch %s acknowledged without grading: %s", self.request.id, stale)
+        return
     if key is not None:  # items stored by the producer (`contract.detach_items`)
-        # GETRANGE, not GET: an oversized value is refused without being read whole
-        # (the stubs leave `getrange` untyped, hence the raw command).
-        payload = runtime.redis.execute_command("GETRANGE", key, 0, MAX_PAYLOAD_BYTES)
         wire = attach_items(wire, payload)
     request = batch_from_wire(wire)
+    digest = wire_items_digest(wire, payload)
+    keyring = runtime.settings.keyring
+    if keyring is not None and not task_mac_ok(
+        request, wire.get("mac"), digest, keyring
+    ):
+        # Not built by a holder of the fleet key, or its items were swapped in
+        # Redis: graded for nobody, and nothing is written under its ids (a
+        # FAILURE there would count against the real batch of those ids).
+        runtime.metrics.integrity_rejected("task")
+        log.warning(
+            "dropped batch %s of job %s: its MAC does not verify (forged, or its "
+            "items were changed in Redis; or the producer lacks the fleet key)",
+            request.batch_id,
+            request.job_id,
+        )
+        return
     lane = _lane(self)
     runtime.metrics.queue_wait(time.time() - request.enqueued_at, lane=lane)
     with runtime.metrics.busy():
-        BatchRun(runtime, request, self, lane=lane).run()
+        BatchRun(runtime, request, self, lane=lane, items_digest=digest).run()
+
+
+def _read_delivery(
+    runtime: WorkerRuntime, task_id: str, wire: dict[str, Any], key: str | None
+) -> tuple[bytes | None, str | None]:
+    """The stored items (if by reference), and why this delivery needs no grading.
+
+    It needs none when it is a copy of a batch whose result is stored (a re-send
+    after a slow or lost worker, the first copy already answered: acked, never
+    graded twice), or of a job no producer waits for (its job board entry,
+    refreshed every second while its producer waits, is gone: with its items, or
+    the message is older than `ABANDONED_AFTER_S`). Both used to be graded for
+    nobody or to fail noisily. One round trip when the broker and the result
+    backend are one Redis.
+    """
+    job_id = wire.get("job_id")
+    job_id = job_id if isinstance(job_id, str) else None
+    pipe = runtime.redis.pipeline(transaction=False)
+    if key is not None:
+        # GETRANGE, not GET: an oversized value is refused without being read
+        # whole (the stubs leave `getrange` untyped, hence the raw command).
+        pipe.execute_command("GETRANGE", key, 0, MAX_PAYLOAD_BYTES)  # type: ignore[no-untyped-call]
+    if job_id is not None:
+        pipe.exists(job_entry_key(job_id))
+    meta_pipe = pipe
+    if runtime.results_redis is not runtime.redis:
+        meta_pipe = runtime.results_redis.pipeline(transaction=False)
+    head_end = len(_SUCCESS_HEAD) - 1
+    meta_pipe.execute_command("GETRANGE", task_meta_key(task_id), 0, head_end)  # type: ignore[no-untyped-call]
+    replies = list(pipe.execute())
+    if meta_pipe is not pipe:
+        replies += meta_pipe.execute()
+    payload = replies.pop(0) if key is not None else None
+    job_alive = bool(replies.pop(0)) if job_id is not None else True
+    if replies[0] == _SUCCESS_HEAD:
+        return payload, "its result is already stored"
+    if job_alive:
+        # Items gone while the job lives: `attach_items` fails the task at once,
+        # a signal for its producer to store them again with a re-send (a copy of
+        # a batch already answered ends there too: never graded twice).
+        return payload, None
+    if key is not None and not payload:
+        return payload, "its items and its job are gone (its producer ended)"
+    enqueued_at = wire.get("enqueued_at")
+    age_s = time.time() - enqueued_at if isinstance(enqueued_at, int | float) else 0
+    if age_s > ABANDONED_AFTER_S:
+        return payload, f"no producer has watched job {job_id} for {age_s:.0f} s"
+    return payload, None
 
 
 def _lane(task: Task[Any, Any]) -> str:

@@ -125,6 +125,8 @@ def test_cli_settings_fields_are_cli_options_with_envvars_and_defaults() -> None
     for field in dataclasses.fields(ProducerSettings):
         if field.name == "cache_dir":
             continue  # --cache-dir / --no-cache, default from default_cache_dir()
+        if field.name == "keyring":
+            continue  # a secret: GRADEFLEET_SIGNING_KEY(_FILE) only, never argv
         param = params[renamed.get(field.name, field.name)]
         assert param.envvar == f"GRADEFLEET_{field.name.upper()}", field.name
         if field.default is not None:  # click leaves an unset default as a sentinel

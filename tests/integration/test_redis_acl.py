@@ -1,0 +1,83 @@
+"""The least-privilege Redis ACL users of deploy/README.md, on a real redis-server:
+a worker, a producer and `gradefleet status` each work with their own user, and
+the producer's user cannot write the result cache."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from producer.cli import cli
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "deploy" / "README.md"
+
+
+def _acl_lines() -> dict[str, list[str]]:
+    """The `ACL SETUSER` lines of the README's ACL example, by user name."""
+    text = README.read_text()
+    block = text.split("```redis-acl\n", 1)[1].split("```", 1)[0]
+    users: dict[str, list[str]] = {}
+    for line in block.splitlines():
+        if line.startswith("ACL SETUSER "):
+            words = line.split()[2:]
+            users[words[0]] = words
+    return users
+
+
+def test_redis_acl_worker_and_producer_work_with_their_own_users(
+    start_redis_server: Any, make_workers: Any, tmp_path: Path
+) -> None:
+    # Given a Redis with the README's users (passwords swapped for test ones)
+    url = start_redis_server()
+    admin = redis.Redis.from_url(url)
+    users = _acl_lines()
+    assert set(users) >= {"gradefleet-worker", "gradefleet-producer"}
+    for name, words in sorted(users.items(), key=lambda kv: kv[0] == "default"):
+        args = [re.sub(r"^>.*", f">{name}-pw", w) for w in words]
+        admin.execute_command("ACL", "SETUSER", *args)  # "default off" last
+    port = url.rsplit(":", 1)[1]
+    worker_url = f"redis://gradefleet-worker@127.0.0.1:{port}"
+    producer_url = f"redis://gradefleet-producer@127.0.0.1:{port}"
+    # When a worker runs as its user and the CLI grades as the producer's
+    env = {"GRADEFLEET_REDIS_PASSWORD": "gradefleet-worker-pw"}
+    make_workers(worker_url).start(extra_env=env)
+    source = tmp_path / "in.jsonl"
+    rows = [{"response": f"\\boxed{{{n}}}", "gold": str(n % 3)} for n in range(40)]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    runner = CliRunner(env={"GRADEFLEET_REDIS_PASSWORD": "gradefleet-producer-pw"})
+    result = runner.invoke(
+        cli, ["grade", str(source), "-o", str(out), "--broker", producer_url, "-q"]
+    )
+    # Then every line is graded
+    assert result.exit_code == 0, result.output
+    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["correct"] for g in graded] == [n % 3 == n for n in range(40)]
+    # ...status works as its user
+    status = CliRunner(
+        env={"GRADEFLEET_REDIS_PASSWORD": "gradefleet-status-pw"}
+    ).invoke(
+        cli,
+        ["status", "--broker", f"redis://gradefleet-status@127.0.0.1:{port}", "--json"],
+    )
+    assert status.exit_code == 0, status.output
+    assert len(json.loads(status.stdout)["workers"]) == 1
+    # ...no command of theirs was refused (some are retried or best effort)
+    denied = [e for e in admin.acl_log() if e["username"] != "default"]
+    assert denied == [], [(e["username"], e["object"], e["reason"]) for e in denied]
+    # ...and the producer's user may not poison the cache nor flush Redis
+    producer = redis.Redis.from_url(producer_url, password="gradefleet-producer-pw")
+    for write in (
+        lambda: producer.set("gradefleet:v1:result:" + "0" * 64, "{}"),
+        lambda: producer.flushall(),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            write()
