@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -32,6 +33,19 @@ def _assert_graded_like_grade(rollouts, verdicts, skip=()):
         assert verdict.replace(cached=False) == want, i
 
 
+def _asleep(pids: list[int]) -> list[int]:
+    """The processes among `pids` sleeping in nanosleep (the hang hook's sleep)."""
+    asleep = []
+    for pid in pids:
+        try:
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        if "nanosleep" in wchan:
+            asleep.append(pid)
+    return asleep
+
+
 def test_fleet_sigkill_of_sandbox_child_costs_one_item(workers, wait_until):
     # Given one worker with a long item deadline, grading a hang item then 20 normal
     worker = workers.start(item_timeout_s=30)
@@ -40,7 +54,11 @@ def test_fleet_sigkill_of_sandbox_child_costs_one_item(workers, wait_until):
         started = time.monotonic()
         job = client.submit(rollouts)
         # When the sandbox child is SIGKILLed while it works on the hang item
-        sandbox_pid = wait_until(worker.sandbox_pids, timeout_s=20, what="sandbox")[0]
+        # (the one asleep in the hang: a child killed before it received the item
+        # is replaced, and the fresh child then rightly waits out the deadline)
+        sandbox_pid = wait_until(
+            lambda: _asleep(worker.sandbox_pids()), timeout_s=20, what="hang"
+        )[0]
         os.kill(sandbox_pid, signal.SIGKILL)
         verdicts = job.results()
     # Then that item is an `error` naming the signal, long before its deadline...
