@@ -51,6 +51,7 @@ __all__ = [
     "LineError",
     "Summary",
     "atomic_output",
+    "atomic_path",
     "chunked",
     "dump_line",
     "expand_records",
@@ -309,6 +310,19 @@ def atomic_output(path: str) -> Iterator[IO[str]]:
         yield sys.stdout
         sys.stdout.flush()
         return
+    with (
+        atomic_path(path) as tmp_name,
+        open(tmp_name, "w", encoding="utf-8", newline="\n") as handle,
+    ):
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """A temporary file's name beside `path`, renamed onto `path` only if the block
+    finishes without an exception (else removed)."""
     target = Path(path)
     fd, tmp_name = tempfile.mkstemp(
         prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or "."
@@ -316,11 +330,9 @@ def atomic_output(path: str) -> Iterator[IO[str]]:
     umask = os.umask(0)
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield tmp_name
         os.replace(tmp_name, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -10,15 +10,18 @@ whose fields the alias tables already know (`resps`, `target`, `doc_id`).
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from producer.batching import LineError, atomic_output, dump_line, read_records
+from producer.batching import (
+    LineError,
+    atomic_output,
+    atomic_path,
+    dump_line,
+    read_records,
+)
 from producer.errors import InputFormatError
 
 if TYPE_CHECKING:
@@ -220,20 +223,7 @@ def open_output(path: str) -> Iterator[RecordWriter]:
         with atomic_output(path) as handle:
             yield _JsonlWriter(handle)
         return
-    target = Path(path)
-    fd, tmp_name = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or "."
-    )
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp_name:
         writer = _ParquetWriter(tmp_name)
         yield writer
         writer.close()
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
