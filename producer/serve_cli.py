@@ -11,7 +11,12 @@ from pathlib import Path
 
 import click
 
-from producer.settings import default_cache_dir, redact_url
+from producer.settings import (
+    CACHE_FILE_NAME,
+    ProducerSettings,
+    default_cache_dir,
+    redact_url,
+)
 
 __all__ = ["is_loopback", "serve"]
 
@@ -103,7 +108,7 @@ def is_loopback(host: str) -> bool:
 @click.option(
     "--item-timeout-s",
     type=click.FloatRange(min=0, min_open=True),
-    default=5.0,
+    default=ProducerSettings().item_timeout_s,
     envvar="GRADEFLEET_ITEM_TIMEOUT_S",
     show_default=True,
     help="Wall-clock limit per rollout (embedded mode; the fleet's own elsewhere).",
@@ -152,7 +157,7 @@ def serve(
     if broker is None and not no_cache:
         directory = cache_dir or default_cache_dir(os.environ)
         directory.mkdir(parents=True, exist_ok=True)
-        cache_path = directory / "cache.sqlite3"
+        cache_path = directory / CACHE_FILE_NAME
     grader = CoalescingGrader(
         broker or None,
         max_batch_items=coalesce_max_items,
@@ -173,11 +178,13 @@ def serve(
     if broker:
         import redis
 
-        from workers.contract import QUEUE
+        from workers.lanes import LANE_QUEUES
         from workers.metrics import QueueDepthCollector
 
         queue_redis = redis.Redis.from_url(broker, socket_timeout=1.0)
-        collectors = (QueueDepthCollector(queue_redis, [QUEUE]),)
+        # Every lane's queue, as a worker node exports them.
+        queues = list(LANE_QUEUES.values())
+        collectors = (QueueDepthCollector(queue_redis, queues),)
     app = create_app(
         grader,
         token=token or None,
