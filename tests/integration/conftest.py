@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.serve_procs import ServeProcess, start_serve
+
 _READY_DEADLINE_S = 60.0
 _STOP_DEADLINE_S = 20.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -211,3 +213,13 @@ def _wait_until(
 def wait_until():
     """`wait_until(predicate, timeout_s=...)`: poll with a deadline, no fixed sleeps."""
     return _wait_until
+
+
+@pytest.fixture(scope="module")
+def service(fleet, redis_server: str, tmp_path_factory) -> Iterator[ServeProcess]:
+    """`gradefleet serve` on the module's two-worker fleet, no token."""
+    server = start_serve(tmp_path_factory.mktemp("serve"), broker=redis_server)
+    try:
+        yield server
+    finally:
+        server.stop()

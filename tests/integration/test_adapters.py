@@ -8,7 +8,6 @@ import functools
 import inspect
 import multiprocessing
 import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,18 +17,9 @@ from producer.adapters.reward import RESULT_KEYS
 from producer.client import GradingClient
 from producer.grading import close_graders, grader_for
 from tests.integration.test_serve import comparable, real_rollouts
-from tests.serve_procs import ServeProcess, start_serve
+from tests.serve_procs import ServeProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def service(fleet, redis_server: str, tmp_path_factory) -> Iterator[ServeProcess]:
-    server = start_serve(tmp_path_factory.mktemp("serve"), broker=redis_server)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["http", "fleet"])

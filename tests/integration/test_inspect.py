@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from producer.client import GradingClient
-from tests.serve_procs import REPO_ROOT, ServeProcess, start_serve
+from tests.serve_procs import REPO_ROOT, ServeProcess
 
 pytestmark = pytest.mark.integration
 
@@ -24,15 +23,6 @@ _INSPECT = (
     "import tests.inspect_task.replay_model; "
     "from inspect_ai._cli.main import main; main()"
 )
-
-
-@pytest.fixture(scope="module")
-def service(fleet, redis_server: str, tmp_path_factory) -> Iterator[ServeProcess]:
-    server = start_serve(tmp_path_factory.mktemp("serve"), broker=redis_server)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _inspect(args: list[str], url: str, tmp_path: Path) -> None:

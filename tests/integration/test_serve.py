@@ -40,16 +40,6 @@ def comparable(verdict: Verdict | dict[str, object]) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def service(fleet, redis_server: str, tmp_path_factory) -> Iterator[ServeProcess]:
-    """`gradefleet serve` on the module's two-worker fleet, no token."""
-    server = start_serve(tmp_path_factory.mktemp("serve"), broker=redis_server)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
 def secured(fleet, redis_server: str, tmp_path_factory) -> Iterator[ServeProcess]:
     """The same with a token from the environment."""
     server = start_serve(
