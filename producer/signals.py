@@ -39,6 +39,21 @@ def _raise(signum: int, _frame: FrameType | None) -> None:
     raise TerminatedError(signum)
 
 
+def _drop_swallowed_stop(
+    previous: object,
+) -> object:
+    """An unraisable hook that stays quiet about a swallowed `TerminatedError` (it is
+    kept in `_pending` and raised again, so the "Exception ignored" traceback Python
+    would print is noise on a clean stop) and hands anything else to `previous`."""
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, TerminatedError):
+            return
+        previous(unraisable)  # type: ignore[operator]
+
+    return hook
+
+
 def raise_if_stopped() -> None:
     """Raise `TerminatedError` if a stop signal arrived (and was swallowed)."""
     if _pending is not None:
@@ -53,6 +68,8 @@ def exit_on_signals() -> Iterator[None]:
         yield  # signal handlers can only be set from the main thread
         return
     previous = {sig: signal.signal(sig, _raise) for sig in _SIGNALS}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _drop_swallowed_stop(previous_hook)  # type: ignore[assignment]
     try:
         yield
         raise_if_stopped()
@@ -64,3 +81,4 @@ def exit_on_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = previous_hook
