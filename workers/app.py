@@ -14,6 +14,7 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 from celery.worker import control
 
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
+from workers.broker import transport_for
 from workers.contract import QUEUE
 from workers.lanes import LaneCycle
 from workers.runtime import configure, forget_runtime, get_runtime
@@ -83,6 +84,9 @@ def create_app(settings: WorkerSettings) -> Celery:
     LaneCycle.bulk_every = settings.bulk_every
     app = Celery("gradefleet", broker=settings.broker_url, backend=settings.backend_url)
     app.conf.update(
+        # A broker refusing writes (maxmemory, read-only replica) is waited out
+        # like a lost connection (`workers.broker`), not a crash.
+        broker_transport=transport_for(settings.broker_url),
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
