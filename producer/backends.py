@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from producer.errors import ProducerError
 from producer.settings import redact_url
+from workers.lanes import Lane
 from workers.models import GradeOptions, Verdict
 
 if TYPE_CHECKING:
@@ -73,8 +74,11 @@ class Backend(Protocol):
     def max_in_flight(self) -> int: ...
 
     async def grade_batch(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
-    ) -> list[Verdict]: ...
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
+    ) -> list[Verdict]:
+        """Verdicts for `pairs` in order; `lane`: the fleet lane (a backend without
+        lanes ignores it)."""
+        ...
 
     async def ready(self) -> tuple[bool, str]: ...
 
@@ -149,7 +153,7 @@ class PoolBackend:
         await self._thread.run(self._open)
 
     async def grade_batch(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> list[Verdict]:
         return await self._thread.run(self._grade, pairs, options)
 
@@ -224,19 +228,19 @@ class FleetBackend:
         return client
 
     def _submit(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> GradingJob:
         rollouts = [{"response": r, "gold": g} for r, g in pairs]
-        return self._client(options).submit(rollouts)
+        return self._client(options).submit(rollouts, priority=lane)
 
     async def start(self) -> None:
         """Connect now (ping the broker) rather than on the first request."""
         await self._thread.run(self._client, GradeOptions())
 
     async def grade_batch(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> list[Verdict]:
-        job = await self._thread.run(self._submit, pairs, options)
+        job = await self._thread.run(self._submit, pairs, options, lane)
         future: asyncio.Future[list[Verdict]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -377,13 +381,13 @@ class HttpBackend:
         return self._client
 
     async def grade_batch(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> list[Verdict]:
         import httpx
 
         body = {
             "items": [{"response": r, "gold": g} for r, g in pairs],
-            "options": options.to_dict(),
+            "options": {**options.to_dict(), "priority": lane},
         }
         for _ in range(_HTTP_RETRIES):
             try:

@@ -16,6 +16,7 @@ from celery.worker import control
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
 from workers.connections import celery_endpoint
 from workers.contract import QUEUE
+from workers.kombu_fixes import closed_channels_fail_as_connection_errors
 from workers.lanes import LaneCycle
 from workers.runtime import configure, forget_runtime, get_runtime
 from workers.sandbox import warm_up_verifier
@@ -80,6 +81,7 @@ def create_app(settings: WorkerSettings) -> Celery:
     """A Celery app for the fleet: JSON only, late acks, prefetch 1, named task."""
     configure(settings)
     _limit_remote_control()
+    closed_channels_fail_as_connection_errors()
     soft_s, hard_s = _time_limits_s(settings)
     LaneCycle.bulk_every = settings.bulk_every
     broker = celery_endpoint(settings.broker_url)
