@@ -1,7 +1,7 @@
 """Asynchronous batch graders behind the coalescer, chosen by URL.
 
 - no URL: `PoolBackend`, the embedded pool on this machine (`workers.local`);
-- `redis://`, `rediss://`: `FleetBackend`, a Celery fleet;
+- `redis://`, `rediss://`, `sentinel://`: `FleetBackend`, a Celery fleet;
 - `http://`, `https://`: `HttpBackend`, a running `gradefleet serve`.
 
 Each grades one list of `(response, gold)` pairs per call and never blocks the event
@@ -281,13 +281,12 @@ class FleetBackend:
 
     async def _collect(self) -> None:
         """Wake on any job's done list, poll all jobs, resolve the finished ones."""
-        import redis.asyncio as aioredis
-
+        from workers.connections import async_redis_client
         from workers.protocol import job_done_key
 
         assert self._wake is not None
         if self._aredis is None:
-            self._aredis = aioredis.Redis.from_url(self.broker_url)
+            self._aredis = async_redis_client(self.broker_url)
         while self._jobs:
             self._wake.clear()
             for entry, outcome in await self._thread.run(
@@ -457,11 +456,11 @@ def open_backend(
             cache_path=cache_path,
         )
     scheme = url.split(":", 1)[0].lower()
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "sentinel"):
         return FleetBackend(url, item_timeout_s=item_timeout_s, keyring=keyring)
     if scheme in ("http", "https"):
         return HttpBackend(url, token=token)
     raise ValueError(
         f"unsupported grader URL {redact_url(url)!r}: use redis://, rediss://, "
-        "http:// or https:// (or none for the embedded pool)"
+        "sentinel://, http:// or https:// (or none for the embedded pool)"
     )

@@ -154,12 +154,11 @@ def serve(
     metrics = ServiceMetrics()
     collectors: tuple[object, ...] = ()
     if broker:
-        import redis
-
+        from workers.connections import redis_client
         from workers.lanes import LANE_QUEUES
         from workers.metrics import QueueDepthCollector
 
-        queue_redis = redis.Redis.from_url(broker, socket_timeout=1.0)
+        queue_redis = redis_client(broker, socket_timeout=1.0)
         # Every lane's queue, as a worker node exports them.
         queues = list(LANE_QUEUES.values())
         collectors = (QueueDepthCollector(queue_redis, queues),)
