@@ -21,7 +21,7 @@ from producer.board import JobBoard
 from producer.errors import BrokerUnavailableError
 from producer.job import Batch, GradingJob, OnDeadline, Progress
 from producer.rollouts import validate_rollouts
-from workers.connections import RedisClients
+from workers.connections import RedisClients, celery_endpoint, redis_client
 from workers.contract import (
     GRADE_BATCH,
     WireBatch,
@@ -304,7 +304,7 @@ class GradingClient:
 
 
 def _ping(url: str) -> None:
-    client = redis.Redis.from_url(
+    client = redis_client(
         url, socket_connect_timeout=_PING_TIMEOUT_S, socket_timeout=_PING_TIMEOUT_S
     )
     try:
@@ -320,7 +320,8 @@ def _ping(url: str) -> None:
 def _producer_app(broker_url: str) -> Celery:
     # No result backend here on purpose: Celery's Redis backend would SUBSCRIBE to a
     # channel per task id; we read result keys ourselves with MGET instead.
-    app = Celery("gradefleet-producer", broker=broker_url, set_as_current=False)
+    broker = celery_endpoint(broker_url)
+    app = Celery("gradefleet-producer", broker=broker.url, set_as_current=False)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -329,7 +330,7 @@ def _producer_app(broker_url: str) -> Celery:
         # Plain JSON bodies: kombu's default base64 of the body (and the worker's
         # decode) is work for nothing; workers read each message's own
         # `body_encoding`, so either form is accepted.
-        broker_transport_options={"body_encoding": None},
+        broker_transport_options={**broker.transport_options, "body_encoding": None},
         task_publish_retry_policy={
             "max_retries": 3,
             "interval_start": 0,

@@ -4,6 +4,7 @@ The URL picks where rollouts are graded, and the verdicts are the same everywher
 
     None                  the embedded pool of local processes (`workers.local`)
     redis:// rediss://    a Celery fleet (`producer.client.GradingClient`)
+    sentinel://           the same, its Redis found through Sentinel (`workers.urls`)
     http:// https://      a running `gradefleet serve` (registered by its module)
 
 A new transport registers its URL schemes with `register_scheme`; the factory is
@@ -90,6 +91,7 @@ _FACTORIES: dict[str, str | GraderFactory] = {
     _EMBEDDED: "producer.grader:_open_embedded",
     "redis": "producer.grader:_open_fleet",
     "rediss": "producer.grader:_open_fleet",
+    "sentinel": "producer.grader:_open_fleet",
     "http": "producer.http_client:open_http_grader",
     "https": "producer.http_client:open_http_grader",
 }

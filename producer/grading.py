@@ -30,6 +30,7 @@ from producer.coalesce import (
 )
 from producer.errors import InvalidRolloutError
 from workers.contract import MAX_TEXT_CHARS
+from workers.lanes import INTERACTIVE, Lane
 from workers.models import GradeOptions, Verdict
 from workers.signing import keyring_from_env
 
@@ -115,16 +116,18 @@ class CoalescingGrader:
         rollouts: Iterable[object],
         *,
         options: GradeOptions | None = None,
+        lane: Lane = INTERACTIVE,
         deadline_s: float | None = None,
     ) -> list[Verdict]:
         """Verdicts in input order; unfinished items at `deadline_s` are `timeout`.
+        `lane`: on a fleet, the lane of their batches (`interactive` or `bulk`).
 
         Raises:
             InvalidRolloutError: a rollout lacks string `response`/`gold`.
             OverloadedError: too many rollouts are waiting (retry later).
         """
         return await self.grade_pairs(
-            rollout_pairs(rollouts), options=options, deadline_s=deadline_s
+            rollout_pairs(rollouts), options=options, lane=lane, deadline_s=deadline_s
         )
 
     async def grade_pairs(
@@ -132,11 +135,12 @@ class CoalescingGrader:
         pairs: list[tuple[str, str]],
         *,
         options: GradeOptions | None = None,
+        lane: Lane = INTERACTIVE,
         deadline_s: float | None = None,
     ) -> list[Verdict]:
         """`grade` for already validated `(response, gold)` pairs."""
         return await self.coalescer.grade(
-            pairs, options or self.options, deadline_s=deadline_s
+            pairs, options or self.options, lane=lane, deadline_s=deadline_s
         )
 
     async def ready(self) -> tuple[bool, str]:

@@ -21,6 +21,7 @@ from producer.errors import BrokerUnavailableError, DeadlinePassedError, Produce
 from producer.grader import Grader, GraderBase, ProgressFn
 from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
+from workers.lanes import INTERACTIVE, parse_lane
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.urls import redact_url
 
@@ -37,7 +38,11 @@ _DEADLINE_HEADER = "X-Gradefleet-Deadline-S"
 
 
 class HttpGrader(GraderBase):
-    """Grade through `gradefleet serve` at `url` (same verdicts as embedded/fleet)."""
+    """Grade through `gradefleet serve` at `url` (same verdicts as embedded/fleet).
+
+    `priority`: the fleet lane the service sends these rollouts to (`options.priority`
+    of every request).
+    """
 
     def __init__(
         self,
@@ -45,11 +50,12 @@ class HttpGrader(GraderBase):
         options: GradeOptions,
         *,
         token: str | None = None,
+        priority: str = INTERACTIVE,
         request_items: int = REQUEST_ITEMS,
         timeout_s: float = 3600.0,
     ) -> None:
         self.url = url.rstrip("/")
-        self._options = options.to_dict()
+        self._options = {**options.to_dict(), "priority": parse_lane(priority)}
         self._request_items = request_items
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(
@@ -129,4 +135,9 @@ def open_http_grader(
 ) -> Grader:
     """`open_grader`'s factory for http(s):// URLs."""
     assert url is not None
-    return HttpGrader(url, options, token=os.environ.get(TOKEN_ENV) or None)
+    return HttpGrader(
+        url,
+        options,
+        token=os.environ.get(TOKEN_ENV) or None,
+        priority=settings.priority,
+    )
