@@ -160,7 +160,13 @@ class PoolBackend:
     async def ready(self) -> tuple[bool, str]:
         if self._pool is None:
             return False, "embedded pool not started"
-        return True, f"embedded pool of {self._kwargs['processes']} processes"
+        kwargs = self._kwargs
+        memory_mb = kwargs["item_memory_bytes"] >> 20
+        return True, (
+            f"embedded pool of {kwargs['processes']} processes; per item "
+            f"{kwargs['item_timeout_s']:g} s and {memory_mb} MiB; "
+            f"cache {kwargs['cache_path'] or 'off'}"
+        )
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None

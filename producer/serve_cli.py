@@ -11,12 +11,8 @@ from pathlib import Path
 
 import click
 
-from producer.settings import (
-    CACHE_FILE_NAME,
-    ProducerSettings,
-    default_cache_dir,
-    redact_url,
-)
+from producer.cli_options import cache_dir_option_value, embedded_options
+from producer.settings import CACHE_FILE_NAME, redact_url
 
 __all__ = ["is_loopback", "serve"]
 
@@ -99,27 +95,7 @@ def is_loopback(host: str) -> bool:
     show_default=True,
     help="How long a lone request waits for others to share its batch.",
 )
-@click.option(
-    "--processes",
-    type=click.IntRange(min=1),
-    envvar="GRADEFLEET_PROCESSES",
-    help="Embedded mode: grading processes [default: CPU count].",
-)
-@click.option(
-    "--item-timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=ProducerSettings().item_timeout_s,
-    envvar="GRADEFLEET_ITEM_TIMEOUT_S",
-    show_default=True,
-    help="Wall-clock limit per rollout (embedded mode; the fleet's own elsewhere).",
-)
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="GRADEFLEET_CACHE_DIR",
-    help="Embedded mode: result cache directory [default: $XDG_CACHE_HOME/gradefleet].",
-)
-@click.option("--no-cache", is_flag=True, help="Embedded mode: no result cache.")
+@embedded_options
 def serve(
     broker: str | None,
     host: str,
@@ -133,6 +109,7 @@ def serve(
     coalesce_delay_ms: float,
     processes: int | None,
     item_timeout_s: float,
+    item_memory_mb: int,
     cache_dir: Path | None,
     no_cache: bool,
 ) -> None:
@@ -154,8 +131,8 @@ def serve(
     from workers.signing import keyring_from_env
 
     cache_path = None
-    if broker is None and not no_cache:
-        directory = cache_dir or default_cache_dir(os.environ)
+    directory = cache_dir_option_value(cache_dir, no_cache)
+    if broker is None and directory is not None:
         directory.mkdir(parents=True, exist_ok=True)
         cache_path = directory / CACHE_FILE_NAME
     grader = CoalescingGrader(
@@ -169,6 +146,7 @@ def serve(
             else {
                 "processes": processes,
                 "item_timeout_s": item_timeout_s,
+                "item_memory_mb": item_memory_mb,
                 "cache_path": cache_path,
             }
         ),
@@ -209,8 +187,10 @@ def serve(
         # line carry headers (the token).
         access_log=False,
         # Named, not "auto": a missing C parser or loop fails here, loudly, instead
-        # of halving the requests per second (pyproject requires both).
-        loop="uvloop",
+        # of halving the requests per second (pyproject requires both). Embedded,
+        # asyncio's loop: the pool's sandbox children forked under uvloop exit at
+        # once (every item came back `error`, "sandbox child exited with status 0").
+        loop="uvloop" if broker else "asyncio",
         http="httptools",
         timeout_graceful_shutdown=None,
         lifespan="on",

@@ -249,6 +249,27 @@ def test_priority_option_picks_the_fleet_lane(
         queues.close()
 
 
+def test_embedded_serve_takes_the_embedded_options_of_grade(tmp_path: Path) -> None:
+    # Given serve without a broker, with `grade`'s embedded flags and one env var
+    server = start_serve(
+        tmp_path,
+        args=["--processes", "1", "--item-memory-mb", "96", "--item-timeout-s", "2"],
+        env={"GRADEFLEET_NO_CACHE": "1"},
+    )
+    try:
+        # Then its pool runs with those limits and no cache, and grades.
+        ready = httpx.get(server.url + "/readyz", timeout=30)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["detail"] == (
+            "embedded pool of 1 processes; per item 2 s and 96 MiB; cache off"
+        )
+        one = {"items": [{"response": r"\boxed{4}", "gold": "4"}]}
+        reply = httpx.post(server.url + "/v1/grade", json=one, timeout=60)
+        assert reply.json()["results"][0]["status"] == "correct"
+    finally:
+        server.stop()
+
+
 def test_readyz_fails_without_workers(start_redis_server, tmp_path: Path) -> None:
     lonely = start_redis_server()
     server = start_serve(tmp_path, broker=lonely)
