@@ -38,6 +38,8 @@ from workers.protocol import RUNNING_STATES, read_task_meta, task_meta_key
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
 PARTITION_S = 60.0
+# How long the cut-off worker may take to grade again once its link is back.
+RECOVERY_S = 60.0
 BATCH_SIZE = 16
 # One item per batch hangs to the 1 s item deadline: every batch takes over a
 # second, so the batch the partitioned worker holds when the link goes down is
@@ -193,17 +195,26 @@ def test_network_partition_worker_cut_off_for_60_s_loses_nothing(
                 finished = time.monotonic()
             finally:
                 relink.join()  # the link is down for the whole 60 s
-        # Then every rollout came back exactly once with its clean verdict, and the
-        # batch the cut-off worker held was graded again in the root namespace
+            relinked_at = down_at + PARTITION_S
+            # (and once the root-namespace worker is gone, a new job can only be
+            # graded by the worker that was cut off)
+            local.stop()
+            after = client.submit(_rollouts()[:BATCH_SIZE], deadline_s=RECOVERY_S)
+            after.results()
+            back_s = time.monotonic() - relinked_at
+        # Then every rollout came back exactly once with its clean verdict, the
+        # batch the cut-off worker held was graded again in the root namespace, and
+        # the cut-off worker grades again once its link is back
         assert set(seen.values()) == {1}, "an index arrived twice"
         assert got == expected
         regraded = _received(local.log(), job.job_id, _SUCCEEDED)
         assert held <= regraded, (held, local.log())
-        assert cut_off.proc.poll() is None, cut_off.log()
+        assert _received(cut_off.log(), after.job_id, _SUCCEEDED), cut_off.log()
         print(
             f"\nnetwork partition: batches {sorted(held)} re-graded in the root "
             f"namespace; job of {len(rollouts)} done {finished - down_at:.1f} s after "
-            f"the link went down ({job.resent_batches} re-sends)"
+            f"the link went down ({job.resent_batches} re-sends); the cut-off worker "
+            f"graded a new job {back_s:.1f} s after its link came back"
         )
     finally:
         server.kill()
