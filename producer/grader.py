@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,8 @@ __all__ = [
     "open_grader",
     "register_scheme",
 ]
+
+log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int], None]
 """Called with the number of rollouts graded since the previous call."""
@@ -169,10 +172,18 @@ def _deadline_at(deadline_s: float | None) -> float | None:
 
 
 class _EmbeddedGrader(GraderBase):
-    """The local pool: worker processes on this machine, each with its own sandbox."""
+    """The local pool: worker processes on this machine, each with its own sandbox.
+
+    With the cache on, rollouts graded before are answered here, from the cache's
+    exact-response layer (`workers.exact_cache`); only the others go to the pool,
+    whose processes start on the first rollout that needs them.
+    """
 
     def __init__(self, options: GradeOptions, settings: ProducerSettings) -> None:
         # Imported here: the pool pulls in the sandbox and the verifier (SymPy).
+        from workers import verifier
+        from workers.cache import SqliteResultCache
+        from workers.exact_cache import ExactLayer
         from workers.local import LocalPool
         from workers.sizing import LOCAL_BATCH_SIZE
 
@@ -186,6 +197,11 @@ class _EmbeddedGrader(GraderBase):
             cache_path=settings.cache_path,
             batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
         )
+        self._cache = None
+        self._exact = None
+        if settings.cache_path is not None:
+            self._cache = SqliteResultCache(settings.cache_path)
+            self._exact = ExactLayer(self._cache, verifier.GRADER_VERSION)
 
     def grade(
         self,
@@ -194,12 +210,55 @@ class _EmbeddedGrader(GraderBase):
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
     ) -> list[Verdict]:
-        from workers.errors import DeadlineError
-
         triples = validate_rollouts(rollouts)
         if not all(isinstance(getattr(r, "gold", None), str) for r in rollouts):
             # Numeric golds (and mappings) become text rollouts, as on the fleet.
             rollouts = [Rollout(response=r, gold=g) for _, r, g in triples]
+        known = self._known([(r, g) for _, r, g in triples])
+        todo = [i for i, verdict in enumerate(known) if verdict is None]
+        if on_progress is not None and len(todo) < len(known):
+            on_progress(len(known) - len(todo))
+        if not todo:
+            return [verdict for verdict in known if verdict is not None]
+        try:
+            graded = self._grade_in_pool(
+                [rollouts[i] for i in todo], on_progress, deadline_s
+            )
+        except DeadlinePassedError as exc:  # what did arrive, at its own index
+            for index, verdict in zip(todo, exc.partial or [], strict=False):
+                known[index] = verdict
+            exc.partial = known
+            raise
+        for index, verdict in zip(todo, graded, strict=True):
+            known[index] = verdict
+        return [verdict for verdict in known if verdict is not None]
+
+    def _known(self, pairs: list[tuple[str, str]]) -> list[Verdict | None]:
+        """Verdicts stored whole for these very texts (None: grade it)."""
+        from workers.errors import CacheError
+
+        if self._exact is None:
+            return [None] * len(pairs)
+        assert self._cache is not None
+        try:
+            return self._exact.lookup(pairs, self._options)
+        except CacheError as exc:  # the pool grades them all, as without a cache
+            log.warning("exact-response cache lookup failed: %s", exc)
+            return [None] * len(pairs)
+        finally:
+            # The pool forks its workers from this process, and an SQLite connection
+            # open across a fork breaks the child's own (SQLite keeps per-process
+            # lock state per file): measured, a worker then waits "locked" forever.
+            self._cache.close()
+
+    def _grade_in_pool(
+        self,
+        rollouts: Sequence[RolloutLike],
+        on_progress: ProgressFn | None,
+        deadline_s: float | None,
+    ) -> list[Verdict]:
+        from workers.errors import DeadlineError
+
         done = 0
 
         def advance(done_in_call: int) -> None:  # the pool reports a running total
@@ -220,6 +279,8 @@ class _EmbeddedGrader(GraderBase):
 
     def close(self) -> None:
         self._pool.close()
+        if self._cache is not None:
+            self._cache.close()
 
 
 class _FleetGrader(GraderBase):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
 import redis
 
 from workers.errors import CacheError
@@ -131,10 +132,12 @@ def _decode_entry(raw: bytes | str | None) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        # A str parses faster than bytes (json.loads sniffs the encoding of bytes).
-        entry = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-    except (UnicodeDecodeError, ValueError):
-        return None
+        entry = orjson.loads(raw)  # several times faster than json.loads
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses and the stdlib reads: an escaped lone surrogate
+            entry = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        except (UnicodeDecodeError, ValueError):
+            return None
     return entry if _valid_entry(entry) else None
 
 
@@ -325,6 +328,13 @@ class SqliteResultCache:
     process deletes the expired rows and, past `max_rows`, the oldest ones (about
     400 bytes a row: the default 1,000,000 rows is some 400 MB of disk).
 
+    With `write_behind_rows` > 1, stored rows are held in memory (and found by
+    lookups) until that many are pending, then written in one transaction: a commit
+    rewrites every B-tree page its rows touch, and the keys are random, so 64-row
+    commits cost some 15-20 us a row against 5 for 2,048-row ones (measured on the
+    2-core CI machine). A process killed before `flush`/`close` loses those rows
+    only: they are graded again on the next run.
+
     Raises:
         CacheError: on any SQLite error.
     """
@@ -338,9 +348,10 @@ class SqliteResultCache:
         purge_every: int = 10_000,
         busy_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.time,
+        write_behind_rows: int = 1,
     ) -> None:
-        if max_rows < 1 or purge_every < 1:
-            raise ValueError("max_rows and purge_every must be >= 1")
+        if max_rows < 1 or purge_every < 1 or write_behind_rows < 1:
+            raise ValueError("max_rows, purge_every, write_behind_rows must be >= 1")
         self._path = Path(path)
         self._ttl_s = ttl_s
         self._max_rows = max_rows
@@ -348,11 +359,29 @@ class SqliteResultCache:
         self._stored_since_purge = 0
         self._busy_timeout_s = busy_timeout_s
         self._clock = clock
+        self._write_behind_rows = write_behind_rows
+        self._pending: dict[str, str] = {}
         self._conn: sqlite3.Connection | None = None
         self._conn_pid = -1
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
+        for key, raw in self.get_values(keys).items():
+            entry = _decode_entry(raw)
+            if entry is not None:
+                found[key] = entry
+        return found
+
+    def set_many(self, entries: Mapping[str, dict[str, Any]]) -> None:
+        self.set_values({key: _encode_entry(entry) for key, entry in entries.items()})
+
+    def get_values(self, keys: Sequence[str]) -> dict[str, str]:
+        """The stored text of each unexpired key found (written-behind ones too)."""
+        found: dict[str, str] = {}
+        pending = self._pending
+        if pending:
+            found = {key: pending[key] for key in keys if key in pending}
+            keys = [key for key in keys if key not in found]
         now = self._clock()
         with self._errors("lookup"):
             conn = self._connection()
@@ -364,19 +393,23 @@ class SqliteResultCache:
                     " AND expires_at > ?",
                     [*chunk, now],
                 ).fetchall()
-                for key, raw in rows:
-                    entry = _decode_entry(raw)
-                    if entry is not None:
-                        found[key] = entry
+                found.update(rows)
         return found
 
-    def set_many(self, entries: Mapping[str, dict[str, Any]]) -> None:
-        if not entries:
+    def set_values(self, values: Mapping[str, str]) -> None:
+        """Store text by key: at once, or with `write_behind_rows`, once that many
+        are pending (and on `flush` and `close`)."""
+        self._pending.update(values)
+        if len(self._pending) >= self._write_behind_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending rows in one transaction."""
+        if not self._pending:
             return
         expires_at = self._clock() + self._ttl_s
-        rows = [
-            (key, _encode_entry(entry), expires_at) for key, entry in entries.items()
-        ]
+        rows = [(key, value, expires_at) for key, value in self._pending.items()]
+        self._pending = {}
         with self._errors("store"):
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -419,9 +452,18 @@ class SqliteResultCache:
         return deleted
 
     def close(self) -> None:
-        if self._conn is not None and self._conn_pid == os.getpid():
-            self._conn.close()
-        self._conn = None
+        """Write what is pending, then close (a failed write is logged: it only
+        costs those rows' grading on a later run)."""
+        pending = len(self._pending)
+        try:
+            self.flush()
+        except CacheError as exc:
+            log.warning("result cache: %d pending rows not stored: %s", pending, exc)
+        finally:
+            self._pending = {}
+            if self._conn is not None and self._conn_pid == os.getpid():
+                self._conn.close()
+            self._conn = None
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None or self._conn_pid != os.getpid():

@@ -43,15 +43,18 @@ def wait_for(predicate: Callable[[], T], *, timeout_s: float, what: str) -> T:
 
 
 class RedisProc:
-    """One redis-server (or sentinel) on `host:port`, without persistence."""
+    """One redis-server (or sentinel) without persistence, listening on `binds`
+    (the first is the address of `url` and `client`)."""
 
-    def __init__(self, workdir: Path, *args: str, host: str = "127.0.0.1") -> None:
-        self.host = host
+    def __init__(
+        self, workdir: Path, *args: str, binds: tuple[str, ...] = ("127.0.0.1",)
+    ) -> None:
+        self.host = binds[0]
         self.port = free_port()
-        self.url = f"redis://{host}:{self.port}/0"
+        self.url = f"redis://{self.host}:{self.port}/0"
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / f"redis-{self.port}.log"
-        base = ["--port", str(self.port), "--bind", host, "--dir", str(workdir)]
+        base = ["--port", str(self.port), "--bind", *binds, "--dir", str(workdir)]
         base += ["--save", "", "--appendonly", "no", "--logfile", str(self.log_path)]
         self.proc = subprocess.Popen(
             ["redis-server", *args, *base], stdout=subprocess.DEVNULL

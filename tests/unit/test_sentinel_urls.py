@@ -4,9 +4,15 @@ workers.connections, and redacted like every other URL."""
 from __future__ import annotations
 
 import pytest
+import redis.asyncio.sentinel
 import redis.sentinel
 
-from workers.connections import celery_endpoint, redis_client
+from workers.connections import (
+    async_redis_client,
+    celery_endpoint,
+    control_app,
+    redis_client,
+)
 from workers.errors import ConfigError
 from workers.urls import connect_url, parse_sentinel_url, redact_url
 
@@ -88,3 +94,34 @@ def test_sentinel_urls_client_asks_the_sentinels_for_the_master() -> None:
     hosts = [s.connection_pool.connection_kwargs["host"] for s in sentinels]
     assert hosts == ["h1", "::1", "h3"]
     client.close()
+
+
+def test_sentinel_urls_async_client_asks_the_sentinels_too() -> None:
+    client = async_redis_client(URL)
+    pool = client.connection_pool
+    assert isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool)
+    assert pool.service_name == "mymaster"
+    assert pool.connection_kwargs["db"] == 2
+
+
+def test_sentinel_urls_worker_app_gets_master_name_for_broker_and_results() -> None:
+    from workers.app import create_app
+    from workers.settings import WorkerSettings
+
+    settings = WorkerSettings.from_env({"GRADEFLEET_BROKER_URL": URL})
+    app = create_app(settings)
+    assert app.conf.broker_url.startswith("sentinel://:p%40w@h1:26380/2;")
+    assert app.conf.broker_transport_options["master_name"] == "mymaster"
+    # kept beside it: the worker's own options
+    assert app.conf.broker_transport_options["visibility_timeout"] >= 3_600
+    assert app.conf.result_backend == app.conf.broker_url
+    assert app.conf.result_backend_transport_options == {"master_name": "mymaster"}
+
+
+def test_sentinel_urls_control_app_for_status_and_watch() -> None:
+    app = control_app("gradefleet-status", URL)
+    try:
+        assert app.conf.broker_url.count("sentinel://") == 3
+        assert app.conf.broker_transport_options == {"master_name": "mymaster"}
+    finally:
+        app.close()
