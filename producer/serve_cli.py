@@ -99,7 +99,8 @@ def is_loopback(host: str) -> bool:
     "--coalesce-max-in-flight",
     type=click.IntRange(min=1),
     help="Batches graded at once; while all run, new requests wait and leave as "
-    "bigger batches [default: 8 on a fleet, 1 embedded].",
+    "bigger batches [default: 2 on a fleet (raise it for more than 32 "
+    "workers), 1 embedded].",
 )
 @embedded_options
 def serve(

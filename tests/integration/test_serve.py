@@ -222,10 +222,13 @@ def test_health_ready_metrics_and_openapi(service: ServeProcess) -> None:
 def test_priority_option_picks_the_fleet_lane(
     start_redis_server, tmp_path: Path
 ) -> None:
-    # Given a fleet with no worker: whatever the service publishes stays queued.
+    # Given a fleet with no worker: whatever the service publishes stays queued (and
+    # each job keeps its batch slot, so there are slots for the three below).
     lonely = start_redis_server()
     queues = redis.Redis.from_url(lonely)
-    server = start_serve(tmp_path, broker=lonely)
+    server = start_serve(
+        tmp_path, broker=lonely, args=["--coalesce-max-in-flight", "3"]
+    )
     one = [{"response": r"\boxed{1}", "gold": "1"}]
     short = {"X-Gradefleet-Deadline-S": "0.3"}
     try:
