@@ -400,9 +400,11 @@ class HttpBackend:
     ) -> list[Verdict]:
         import httpx
 
+        from producer.http_client import request_options
+
         body = {
             "items": [{"response": r, "gold": g} for r, g in pairs],
-            "options": {**options.to_dict(), "priority": lane},
+            "options": request_options(options, lane),
         }
         for _ in range(_HTTP_RETRIES):
             try:
