@@ -123,24 +123,34 @@ def rows_from_record(
     ]
 
 
-# Digits orjson may read as a float (an integer beyond 64 bits): such a line, like
-# every line orjson refuses (NaN, a lone surrogate, bad UTF-8, bad JSON), is read by
-# the stdlib, so every line reads as `json.loads` reads it, errors included.
-_LONG_DIGITS = re.compile(rb"\d{20}")
+def _has_float(value: object) -> bool:
+    """Whether a parsed JSON value holds a float anywhere (iteratively: no depth
+    limit)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def parse_record(raw: bytes, line_no: int) -> dict[str, Any] | LineError | None:
     """One raw JSONL line as an object, a LineError, or None for a blank line."""
     if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # a UTF-8 byte order mark some editors write
-    if _LONG_DIGITS.search(raw) is None:
-        try:  # orjson: several times the stdlib's speed, on the CLI's one core
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass  # the stdlib below reads it or says why not
-        else:
-            if isinstance(record, dict):
-                return record
+    try:  # orjson: several times the stdlib's speed, on the CLI's one core
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass  # NaN, a lone surrogate, bad UTF-8 or JSON: the stdlib reads it below
+    else:
+        # orjson reads an integer beyond 64 bits as a float: a line with any float
+        # is read again by the stdlib, so every line reads as `json.loads` reads it.
+        if isinstance(record, dict) and not _has_float(record):
+            return record
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
