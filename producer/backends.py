@@ -195,7 +195,16 @@ class FleetBackend:
     done lists of all jobs in flight, so a thousand waiting callers cost no threads.
     """
 
-    max_in_flight = 8
+    # Two, not more: every job costs its publishing and bookkeeping on the backend's
+    # one thread, and a job of a few items costs a worker a whole task; with 8 slots
+    # a 5 ms window at a few hundred calls/s sent ~200 jobs of 1-2 items a second,
+    # which saturated a 2-worker fleet at half its batch rate. In A/B runs of
+    # bench_serve's loads on the shared 2-core machine, 2 slots gave 1.2-1.4x the HTTP
+    # rollouts/s of 8 and a third to a half of the half-load p50 (HTTP and the
+    # in-process client), the in-process full-load rate within noise. A 256-item job
+    # is 16 tasks, so 2 in flight feed 32 workers; serve a larger fleet with
+    # `--coalesce-max-in-flight`.
+    max_in_flight = 2
 
     def __init__(
         self,
@@ -391,9 +400,11 @@ class HttpBackend:
     ) -> list[Verdict]:
         import httpx
 
+        from producer.http_client import request_options
+
         body = {
             "items": [{"response": r, "gold": g} for r, g in pairs],
-            "options": {**options.to_dict(), "priority": lane},
+            "options": request_options(options, lane),
         }
         for _ in range(_HTTP_RETRIES):
             try:

@@ -81,6 +81,7 @@ class CoalescingGrader:
         options: default verdict-changing options.
         backend: use this backend instead of opening one for `url`.
         max_batch_items, max_delay_s, max_backlog_items: see `Coalescer`.
+        max_in_flight: batches running at once (None: the backend's own bound).
         on_batch: called with each coalesced batch's size (metrics).
         **backend_kwargs: passed to `open_backend` (embedded pool settings).
 
@@ -97,6 +98,7 @@ class CoalescingGrader:
         max_batch_items: int = DEFAULT_MAX_BATCH_ITEMS,
         max_delay_s: float = DEFAULT_MAX_DELAY_S,
         max_backlog_items: int = DEFAULT_MAX_BACKLOG_ITEMS,
+        max_in_flight: int | None = None,
         on_batch: Callable[[int], None] | None = None,
         **backend_kwargs: Any,
     ) -> None:
@@ -106,7 +108,7 @@ class CoalescingGrader:
             self.backend.grade_batch,
             max_batch_items=max_batch_items,
             max_delay_s=max_delay_s,
-            max_in_flight=self.backend.max_in_flight,
+            max_in_flight=max_in_flight or self.backend.max_in_flight,
             max_backlog_items=max_backlog_items,
             on_batch=on_batch,
         )

@@ -25,7 +25,7 @@ from workers.lanes import INTERACTIVE, parse_lane
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.urls import redact_url
 
-__all__ = ["REQUEST_ITEMS", "HttpGrader", "open_http_grader"]
+__all__ = ["REQUEST_ITEMS", "HttpGrader", "open_http_grader", "request_options"]
 
 # Items per request: large enough that per-request overhead vanishes (a 256-item
 # request costs the service about what the Python client pays), small enough that a
@@ -35,6 +35,15 @@ TOKEN_ENV = "GRADEFLEET_TOKEN"
 _RETRIES_503 = 30
 _GRADE_PATH = "/v1/grade"
 _DEADLINE_HEADER = "X-Gradefleet-Deadline-S"
+
+
+def request_options(options: GradeOptions, lane: str) -> dict[str, Any]:
+    """The `options` of a `/v1/grade` request. The lane is left out when it is the
+    service's default, so a service older than lanes still takes the request."""
+    body = options.to_dict()
+    if parse_lane(lane) != INTERACTIVE:
+        body["priority"] = lane
+    return body
 
 
 class HttpGrader(GraderBase):
@@ -55,7 +64,7 @@ class HttpGrader(GraderBase):
         timeout_s: float = 3600.0,
     ) -> None:
         self.url = url.rstrip("/")
-        self._options = {**options.to_dict(), "priority": parse_lane(priority)}
+        self._options = request_options(options, priority)
         self._request_items = request_items
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(

@@ -95,6 +95,13 @@ def is_loopback(host: str) -> bool:
     show_default=True,
     help="How long a lone request waits for others to share its batch.",
 )
+@click.option(
+    "--coalesce-max-in-flight",
+    type=click.IntRange(min=1),
+    help="Batches graded at once; while all run, new requests wait and leave as "
+    "bigger batches [default: 2 on a fleet (raise it for more than 32 "
+    "workers), 1 embedded].",
+)
 @embedded_options
 def serve(
     broker: str | None,
@@ -107,6 +114,7 @@ def serve(
     max_backlog: int,
     coalesce_max_items: int,
     coalesce_delay_ms: float,
+    coalesce_max_in_flight: int | None,
     processes: int | None,
     item_timeout_s: float,
     item_memory_mb: int,
@@ -140,6 +148,7 @@ def serve(
         max_batch_items=coalesce_max_items,
         max_delay_s=coalesce_delay_ms / 1000,
         max_backlog_items=max_backlog,
+        max_in_flight=coalesce_max_in_flight,
         **(
             {"item_timeout_s": item_timeout_s, "keyring": keyring_from_env(os.environ)}
             if broker

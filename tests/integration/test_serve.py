@@ -222,10 +222,13 @@ def test_health_ready_metrics_and_openapi(service: ServeProcess) -> None:
 def test_priority_option_picks_the_fleet_lane(
     start_redis_server, tmp_path: Path
 ) -> None:
-    # Given a fleet with no worker: whatever the service publishes stays queued.
+    # Given a fleet with no worker: whatever the service publishes stays queued (and
+    # each job keeps its batch slot, so there are slots for the four below).
     lonely = start_redis_server()
     queues = redis.Redis.from_url(lonely)
-    server = start_serve(tmp_path, broker=lonely)
+    server = start_serve(
+        tmp_path, broker=lonely, args=["--coalesce-max-in-flight", "4"]
+    )
     one = [{"response": r"\boxed{1}", "gold": "1"}]
     short = {"X-Gradefleet-Deadline-S": "0.3"}
     try:
@@ -244,6 +247,16 @@ def test_priority_option_picks_the_fleet_lane(
         ):
             grader.grade([{"response": "2", "gold": "2"}], deadline_s=0.3)
         assert queues.llen(queue_for(BULK)) == 2
+
+        # And so does the async client's HTTP backend.
+        async def bulk_call() -> list[Verdict]:
+            async with CoalescingGrader(server.url) as grader:
+                rollout = {"response": "3", "gold": "3"}
+                return await grader.grade([rollout], lane=BULK, deadline_s=0.3)
+
+        assert asyncio.run(bulk_call())[0].status.value == "timeout"
+        assert queues.llen(queue_for(BULK)) == 3
+        assert queues.llen(queue_for(INTERACTIVE)) == 1
     finally:
         server.stop()
         queues.close()
