@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 from urllib.parse import urlsplit
 
 from producer.errors import DeadlinePassedError, ProducerError
@@ -29,6 +29,9 @@ from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
 from workers.lanes import INTERACTIVE
 from workers.models import GradeOptions, Rollout, RolloutLike, Verdict
+
+if TYPE_CHECKING:
+    from workers.local import LocalPool
 
 __all__ = [
     "Grader",
@@ -180,28 +183,37 @@ class _EmbeddedGrader(GraderBase):
     """
 
     def __init__(self, options: GradeOptions, settings: ProducerSettings) -> None:
-        # Imported here: the pool pulls in the sandbox and the verifier (SymPy).
-        from workers import verifier
+        # Imported here: the cache needs the grader version (not SymPy), the pool
+        # (on the first miss) the sandbox and the verifier's warm-up.
         from workers.cache import SqliteResultCache
         from workers.exact_cache import ExactLayer
-        from workers.local import LocalPool
-        from workers.sizing import LOCAL_BATCH_SIZE
+        from workers.verifier import GRADER_VERSION
 
         if settings.cache_dir is not None:
             settings.cache_dir.mkdir(parents=True, exist_ok=True)
         self._options = options
-        self._pool = LocalPool(
-            processes=settings.processes or os.cpu_count() or 1,
-            item_timeout_s=settings.item_timeout_s,
-            item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
-            cache_path=settings.cache_path,
-            batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
-        )
+        self._settings = settings
+        self._pool: LocalPool | None = None
         self._cache = None
         self._exact = None
         if settings.cache_path is not None:
             self._cache = SqliteResultCache(settings.cache_path)
-            self._exact = ExactLayer(self._cache, verifier.GRADER_VERSION)
+            self._exact = ExactLayer(self._cache, GRADER_VERSION)
+
+    def _started_pool(self) -> LocalPool:
+        if self._pool is None:
+            from workers.local import LocalPool
+            from workers.sizing import LOCAL_BATCH_SIZE
+
+            settings = self._settings
+            self._pool = LocalPool(
+                processes=settings.processes or os.cpu_count() or 1,
+                item_timeout_s=settings.item_timeout_s,
+                item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
+                cache_path=settings.cache_path,
+                batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
+            )
+        return self._pool
 
     def grade(
         self,
@@ -268,7 +280,7 @@ class _EmbeddedGrader(GraderBase):
             done = done_in_call
 
         try:
-            return self._pool.grade(
+            return self._started_pool().grade(
                 rollouts,
                 self._options,
                 on_progress=advance,
@@ -278,7 +290,8 @@ class _EmbeddedGrader(GraderBase):
             raise DeadlinePassedError(str(exc), partial=exc.partial) from exc
 
     def close(self) -> None:
-        self._pool.close()
+        if self._pool is not None:
+            self._pool.close()
         if self._cache is not None:
             self._cache.close()
 

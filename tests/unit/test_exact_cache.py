@@ -77,10 +77,10 @@ def test_regrade_reads_whole_verdicts_without_starting_the_pool(
     changed = [*rollouts[:-1], Rollout("so \\boxed{2}", "5")]
     with open_grader(None, settings=settings) as grader:
         again = grader.grade(changed[:-1])
-        pool_pids = grader._pool.worker_pids  # type: ignore[attr-defined]
+        pool = grader._pool  # type: ignore[attr-defined]
         last = grader.grade(changed[-1:])
     # Then the same verdicts come back from the cache, no pool process started for
     # them, and the changed one is graded
     assert again == [dataclasses.replace(v, cached=True) for v in first[:-1]]
-    assert pool_pids == []
+    assert pool is None
     assert last == [verifier.grade("so \\boxed{2}", "5")]
