@@ -1,7 +1,7 @@
 """Asynchronous batch graders behind the coalescer, chosen by URL.
 
 - no URL: `PoolBackend`, the embedded pool on this machine (`workers.local`);
-- `redis://`, `rediss://`: `FleetBackend`, a Celery fleet;
+- `redis://`, `rediss://`, `sentinel://`: `FleetBackend`, a Celery fleet;
 - `http://`, `https://`: `HttpBackend`, a running `gradefleet serve`.
 
 Each grades one list of `(response, gold)` pairs per call and never blocks the event
@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from producer.errors import ProducerError
 from producer.settings import redact_url
+from workers.lanes import Lane
 from workers.models import GradeOptions, Verdict
+from workers.sizing import COALESCED_BATCH_SIZE
 
 if TYPE_CHECKING:
     import httpx
@@ -73,8 +75,11 @@ class Backend(Protocol):
     def max_in_flight(self) -> int: ...
 
     async def grade_batch(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
-    ) -> list[Verdict]: ...
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
+    ) -> list[Verdict]:
+        """Verdicts for `pairs` in order; `lane`: the fleet lane (a backend without
+        lanes ignores it)."""
+        ...
 
     async def ready(self) -> tuple[bool, str]: ...
 
@@ -149,14 +154,20 @@ class PoolBackend:
         await self._thread.run(self._open)
 
     async def grade_batch(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> list[Verdict]:
         return await self._thread.run(self._grade, pairs, options)
 
     async def ready(self) -> tuple[bool, str]:
         if self._pool is None:
             return False, "embedded pool not started"
-        return True, f"embedded pool of {self._kwargs['processes']} processes"
+        kwargs = self._kwargs
+        memory_mb = kwargs["item_memory_bytes"] >> 20
+        return True, (
+            f"embedded pool of {kwargs['processes']} processes; per item "
+            f"{kwargs['item_timeout_s']:g} s and {memory_mb} MiB; "
+            f"cache {kwargs['cache_path'] or 'off'}"
+        )
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
@@ -177,15 +188,24 @@ class FleetBackend:
 
     Few batches in flight (`max_in_flight`): while they run, new calls pile up and
     leave as one bigger batch, so per-sample callers cost the fleet about what one
-    batched caller costs. Each job is still split into many tasks by the client
-    (`batch_size_for`), so a few jobs keep a large fleet busy.
+    batched caller costs. Each job is split into tasks of `COALESCED_BATCH_SIZE`
+    (a 256-item job: 4), so a larger fleet needs more batches in flight.
 
     Publishing and result bookkeeping (`GradingJob.poll`, which also re-sends lost
     batches) run on the backend's thread; waiting is a `redis.asyncio` BLPOP on the
     done lists of all jobs in flight, so a thousand waiting callers cost no threads.
     """
 
-    max_in_flight = 8
+    # Two, not more: every job costs its publishing and bookkeeping on the backend's
+    # one thread, and a job of a few items costs a worker a whole task; with 8 slots
+    # a 5 ms window at a few hundred calls/s sent ~200 jobs of 1-2 items a second,
+    # which saturated a 2-worker fleet at half its batch rate. In A/B runs of
+    # bench_serve's loads on the shared 2-core machine, 2 slots gave 1.2-1.4x the HTTP
+    # rollouts/s of 8 and a third to a half of the half-load p50 (HTTP and the
+    # in-process client), the in-process full-load rate within noise. A 256-item job
+    # is 4 tasks, so 2 in flight feed 8 workers; serve a larger fleet with
+    # `--coalesce-max-in-flight` (and `--coalesce-max-items`).
+    max_in_flight = 2
 
     def __init__(
         self,
@@ -216,6 +236,7 @@ class FleetBackend:
             # set of values in use is tiny.
             client = GradingClient(
                 self.broker_url,
+                batch_size=COALESCED_BATCH_SIZE,
                 options=options,
                 item_timeout_s=self._item_timeout_s,
                 keyring=self._keyring,
@@ -224,19 +245,19 @@ class FleetBackend:
         return client
 
     def _submit(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> GradingJob:
         rollouts = [{"response": r, "gold": g} for r, g in pairs]
-        return self._client(options).submit(rollouts)
+        return self._client(options).submit(rollouts, priority=lane)
 
     async def start(self) -> None:
         """Connect now (ping the broker) rather than on the first request."""
         await self._thread.run(self._client, GradeOptions())
 
     async def grade_batch(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> list[Verdict]:
-        job = await self._thread.run(self._submit, pairs, options)
+        job = await self._thread.run(self._submit, pairs, options, lane)
         future: asyncio.Future[list[Verdict]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -271,13 +292,12 @@ class FleetBackend:
 
     async def _collect(self) -> None:
         """Wake on any job's done list, poll all jobs, resolve the finished ones."""
-        import redis.asyncio as aioredis
-
+        from workers.connections import async_redis_client
         from workers.protocol import job_done_key
 
         assert self._wake is not None
         if self._aredis is None:
-            self._aredis = aioredis.Redis.from_url(self.broker_url)
+            self._aredis = async_redis_client(self.broker_url)
         while self._jobs:
             self._wake.clear()
             for entry, outcome in await self._thread.run(
@@ -378,13 +398,15 @@ class HttpBackend:
         return self._client
 
     async def grade_batch(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> list[Verdict]:
         import httpx
 
+        from producer.http_client import request_options
+
         body = {
             "items": [{"response": r, "gold": g} for r, g in pairs],
-            "options": options.to_dict(),
+            "options": request_options(options, lane),
         }
         for _ in range(_HTTP_RETRIES):
             try:
@@ -447,11 +469,11 @@ def open_backend(
             cache_path=cache_path,
         )
     scheme = url.split(":", 1)[0].lower()
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "sentinel"):
         return FleetBackend(url, item_timeout_s=item_timeout_s, keyring=keyring)
     if scheme in ("http", "https"):
         return HttpBackend(url, token=token)
     raise ValueError(
         f"unsupported grader URL {redact_url(url)!r}: use redis://, rediss://, "
-        "http:// or https:// (or none for the embedded pool)"
+        "sentinel://, http:// or https:// (or none for the embedded pool)"
     )

@@ -157,7 +157,7 @@ class JobBoard:
     ) -> None:
         from redis import RedisError
 
-        from workers.connections import BROKER_REFUSALS
+        from workers.refusals import BROKER_REFUSALS
 
         pipe = self._redis.pipeline(transaction=False)
         now = time.monotonic()

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from producer.batching import InputRow
+from producer.cli_options import cache_dir_option_value, embedded_options
 from producer.errors import (
     BrokerRefusedError,
     DeadlinePassedError,
@@ -36,7 +37,7 @@ from producer.report_cli import (
     write_grade_report,
 )
 from producer.serve_cli import serve
-from producer.settings import ProducerSettings, default_cache_dir
+from producer.settings import ProducerSettings
 from producer.signals import exit_on_signals
 from producer.status import read_fleet_status
 from producer.sweep import (
@@ -226,40 +227,7 @@ def _keyring() -> Keyring | None:
     "memory, read-only replica). Then what arrived is written, the rest as "
     "`error`, and the exit code is 8; --resume grades the rest later.",
 )
-@click.option(
-    "--processes",
-    type=click.IntRange(min=1),
-    envvar="GRADEFLEET_PROCESSES",
-    help="Embedded mode: grading processes [default: CPU count].",
-)
-@click.option(
-    "--item-timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=_DEFAULTS.item_timeout_s,
-    envvar="GRADEFLEET_ITEM_TIMEOUT_S",
-    show_default=True,
-    help="Embedded mode: wall-clock limit per rollout.",
-)
-@click.option(
-    "--item-memory-mb",
-    type=click.IntRange(min=64),
-    default=_DEFAULTS.item_memory_mb,
-    envvar="GRADEFLEET_ITEM_MEMORY_MB",
-    show_default=True,
-    help="Embedded mode: memory cap per grading process.",
-)
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="GRADEFLEET_CACHE_DIR",
-    help="Embedded mode: result cache directory [default: $XDG_CACHE_HOME/gradefleet].",
-)
-@click.option(
-    "--no-cache",
-    is_flag=True,
-    envvar="GRADEFLEET_NO_CACHE",
-    help="Embedded mode: grade everything afresh, cache nothing.",
-)
+@embedded_options
 @click.option(
     "--no-fallback",
     is_flag=True,
@@ -312,7 +280,7 @@ def grade(
         processes=processes,
         item_timeout_s=item_timeout_s,
         item_memory_mb=item_memory_mb,
-        cache_dir=None if no_cache else (cache_dir or default_cache_dir(os.environ)),
+        cache_dir=cache_dir_option_value(cache_dir, no_cache),
         priority=priority,
         keyring=_keyring() if broker else None,
         refused_limit_s=refused_limit_s,

@@ -22,7 +22,7 @@ from producer.errors import BrokerRefusedError, BrokerUnavailableError, Producer
 from producer.job import Batch, GradingJob, OnDeadline, Progress
 from producer.rollouts import validate_rollouts
 from producer.settings import DEFAULT_REFUSED_LIMIT_S
-from workers.connections import RedisClients, broker_refusal
+from workers.connections import RedisClients, celery_endpoint, redis_client
 from workers.contract import (
     GRADE_BATCH,
     WireBatch,
@@ -33,6 +33,7 @@ from workers.contract import (
 from workers.lanes import INTERACTIVE, Lane, parse_lane, queue_for
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.protocol import batch_items_key
+from workers.refusals import broker_refusal
 from workers.signing import Keyring, items_digest
 from workers.sizing import batch_size_for
 from workers.urls import connect_url, redact_url
@@ -349,7 +350,7 @@ class GradingClient:
 
 
 def _ping(url: str) -> None:
-    client = redis.Redis.from_url(
+    client = redis_client(
         url, socket_connect_timeout=_PING_TIMEOUT_S, socket_timeout=_PING_TIMEOUT_S
     )
     try:
@@ -365,7 +366,8 @@ def _ping(url: str) -> None:
 def _producer_app(broker_url: str) -> Celery:
     # No result backend here on purpose: Celery's Redis backend would SUBSCRIBE to a
     # channel per task id; we read result keys ourselves with MGET instead.
-    app = Celery("gradefleet-producer", broker=broker_url, set_as_current=False)
+    broker = celery_endpoint(broker_url)
+    app = Celery("gradefleet-producer", broker=broker.url, set_as_current=False)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -374,7 +376,7 @@ def _producer_app(broker_url: str) -> Celery:
         # Plain JSON bodies: kombu's default base64 of the body (and the worker's
         # decode) is work for nothing; workers read each message's own
         # `body_encoding`, so either form is accepted.
-        broker_transport_options={"body_encoding": None},
+        broker_transport_options={**broker.transport_options, "body_encoding": None},
         task_publish_retry_policy={
             "max_retries": 3,
             "interval_start": 0,

@@ -2,7 +2,8 @@
 
 Reward hooks call the grader one sample at a time, concurrently (verl's reward loop,
 Inspect's scorers, OpenRLHF's per-sample requests); a batch costs the fleet about as
-much as one item, so per-sample calls are queued here per `GradeOptions` and flushed
+much as one item, so per-sample calls are queued here per `GradeOptions` and lane
+(a batch has one of each) and flushed
 as one batch when `max_batch_items` are waiting or the oldest has waited
 `max_delay_s`. At most `max_in_flight` batches run at once; while all slots are busy
 the queue grows, so batches get bigger exactly when the backend is the bottleneck.
@@ -22,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from producer.errors import ProducerError
+from workers.lanes import INTERACTIVE, Lane
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 
 __all__ = [
@@ -41,7 +43,10 @@ DEFAULT_MAX_DELAY_S = 0.005
 DEFAULT_MAX_IN_FLIGHT = 64
 DEFAULT_MAX_BACKLOG_ITEMS = 200_000
 
-BatchGradeFn = Callable[[list[tuple[str, str]], GradeOptions], Awaitable[list[Verdict]]]
+BatchGradeFn = Callable[
+    [list[tuple[str, str]], GradeOptions, Lane], Awaitable[list[Verdict]]
+]
+_Key = tuple[GradeOptions, Lane]
 
 
 class OverloadedError(ProducerError):
@@ -69,7 +74,7 @@ def failure_verdict(status: Status, reason: str, grader_version: str = "") -> Ve
 
 @dataclass(slots=True)
 class _Bucket:
-    """Items waiting for one options value, oldest first."""
+    """Items waiting for one options value and lane, oldest first."""
 
     items: list[tuple[tuple[str, str], asyncio.Future[Verdict]]] = field(
         default_factory=list
@@ -82,7 +87,8 @@ class Coalescer:
     """Batches concurrent `grade()` calls onto `grade_batch` (one event loop).
 
     Args:
-        grade_batch: grades a list of `(response, gold)` pairs; verdicts in order.
+        grade_batch: grades a list of `(response, gold)` pairs with the given
+            options in the given lane; verdicts in order.
         max_batch_items: flush as soon as this many items wait (and the biggest batch).
         max_delay_s: flush once the oldest waiting item has waited this long.
         max_in_flight: batches running at once (1 for a backend that grades one
@@ -109,7 +115,7 @@ class Coalescer:
         self.max_in_flight = max_in_flight
         self.max_backlog_items = max_backlog_items
         self.on_batch = on_batch
-        self._buckets: dict[GradeOptions, _Bucket] = {}
+        self._buckets: dict[_Key, _Bucket] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._backlog = 0
         self._closed = False
@@ -131,10 +137,12 @@ class Coalescer:
         pairs: Sequence[tuple[str, str]],
         options: GradeOptions,
         *,
+        lane: Lane = INTERACTIVE,
         deadline_s: float | None = None,
     ) -> list[Verdict]:
         """Verdicts for `pairs` in order; items unfinished after `deadline_s` come
-        back as `timeout` verdicts (never an exception, never a hang).
+        back as `timeout` verdicts (never an exception, never a hang). `lane`: the
+        fleet lane of their batch.
 
         Raises:
             OverloadedError: the backlog is full (nothing was queued).
@@ -151,9 +159,10 @@ class Coalescer:
             )
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Verdict]] = [loop.create_future() for _ in pairs]
-        bucket = self._buckets.get(options)
+        key = (options, lane)
+        bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[options] = _Bucket()
+            bucket = self._buckets[key] = _Bucket()
         if not bucket.items:
             bucket.first_at = time.monotonic()
         bucket.items.extend(zip(pairs, futures, strict=True))
@@ -181,12 +190,12 @@ class Coalescer:
     def _pump(self) -> None:
         """Flush every bucket that is full or due, as far as free slots allow."""
         now = time.monotonic()
-        for options, bucket in self._buckets.items():
+        for key, bucket in self._buckets.items():
             while bucket.items and len(self._tasks) < self.max_in_flight:
                 full = len(bucket.items) >= self.max_batch_items
                 if not (full or now - bucket.first_at >= self.max_delay_s):
                     break
-                self._flush(options, bucket, now)
+                self._flush(key, bucket, now)
             self._arm_timer(bucket, now)
 
     def _arm_timer(self, bucket: _Bucket, now: float) -> None:
@@ -203,7 +212,7 @@ class Coalescer:
         bucket.timer = None
         self._pump()
 
-    def _flush(self, options: GradeOptions, bucket: _Bucket, now: float) -> None:
+    def _flush(self, key: _Key, bucket: _Bucket, now: float) -> None:
         taken = bucket.items[: self.max_batch_items]
         del bucket.items[: self.max_batch_items]
         bucket.first_at = now
@@ -217,7 +226,7 @@ class Coalescer:
         self.batch_sizes[len(live)] += 1
         if self.on_batch is not None:
             self.on_batch(len(live))
-        task = asyncio.get_running_loop().create_task(self._run(options, live))
+        task = asyncio.get_running_loop().create_task(self._run(key, live))
         self._tasks.add(task)
         task.add_done_callback(self._batch_done)
 
@@ -228,11 +237,11 @@ class Coalescer:
 
     async def _run(
         self,
-        options: GradeOptions,
+        key: _Key,
         live: list[tuple[tuple[str, str], asyncio.Future[Verdict]]],
     ) -> None:
         try:
-            verdicts = await self._grade_batch([pair for pair, _ in live], options)
+            verdicts = await self._grade_batch([pair for pair, _ in live], *key)
             if len(verdicts) != len(live):  # a backend bug must not look like success
                 raise ProducerError(
                     f"backend returned {len(verdicts)} verdicts for {len(live)} items"

@@ -4,6 +4,7 @@ The URL picks where rollouts are graded, and the verdicts are the same everywher
 
     None                  the embedded pool of local processes (`workers.local`)
     redis:// rediss://    a Celery fleet (`producer.client.GradingClient`)
+    sentinel://           the same, its Redis found through Sentinel (`workers.urls`)
     http:// https://      a running `gradefleet serve` (registered by its module)
 
 A new transport registers its URL schemes with `register_scheme`; the factory is
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import abc
 import importlib
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 from urllib.parse import urlsplit
 
 from producer.errors import DeadlinePassedError, JobCutShortError, ProducerError
@@ -27,6 +29,9 @@ from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
 from workers.lanes import INTERACTIVE
 from workers.models import GradeOptions, Rollout, RolloutLike, Verdict
+
+if TYPE_CHECKING:
+    from workers.local import LocalPool
 
 __all__ = [
     "Grader",
@@ -36,6 +41,8 @@ __all__ = [
     "open_grader",
     "register_scheme",
 ]
+
+log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int], None]
 """Called with the number of rollouts graded since the previous call."""
@@ -87,6 +94,7 @@ _FACTORIES: dict[str, str | GraderFactory] = {
     _EMBEDDED: "producer.grader:_open_embedded",
     "redis": "producer.grader:_open_fleet",
     "rediss": "producer.grader:_open_fleet",
+    "sentinel": "producer.grader:_open_fleet",
     "http": "producer.http_client:open_http_grader",
     "https": "producer.http_client:open_http_grader",
 }
@@ -167,23 +175,45 @@ def _deadline_at(deadline_s: float | None) -> float | None:
 
 
 class _EmbeddedGrader(GraderBase):
-    """The local pool: worker processes on this machine, each with its own sandbox."""
+    """The local pool: worker processes on this machine, each with its own sandbox.
+
+    With the cache on, rollouts graded before are answered here, from the cache's
+    exact-response layer (`workers.exact_cache`); only the others go to the pool,
+    whose processes start on the first rollout that needs them.
+    """
 
     def __init__(self, options: GradeOptions, settings: ProducerSettings) -> None:
-        # Imported here: the pool pulls in the sandbox and the verifier (SymPy).
-        from workers.local import LocalPool
-        from workers.sizing import LOCAL_BATCH_SIZE
+        # Imported here: the cache needs the grader version (not SymPy), the pool
+        # (on the first miss) the sandbox and the verifier's warm-up.
+        from workers.cache import SqliteResultCache
+        from workers.exact_cache import ExactLayer
+        from workers.verifier import GRADER_VERSION
 
         if settings.cache_dir is not None:
             settings.cache_dir.mkdir(parents=True, exist_ok=True)
         self._options = options
-        self._pool = LocalPool(
-            processes=settings.processes or os.cpu_count() or 1,
-            item_timeout_s=settings.item_timeout_s,
-            item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
-            cache_path=settings.cache_path,
-            batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
-        )
+        self._settings = settings
+        self._pool: LocalPool | None = None
+        self._cache = None
+        self._exact = None
+        if settings.cache_path is not None:
+            self._cache = SqliteResultCache(settings.cache_path)
+            self._exact = ExactLayer(self._cache, GRADER_VERSION)
+
+    def _started_pool(self) -> LocalPool:
+        if self._pool is None:
+            from workers.local import LocalPool
+            from workers.sizing import LOCAL_BATCH_SIZE
+
+            settings = self._settings
+            self._pool = LocalPool(
+                processes=settings.processes or os.cpu_count() or 1,
+                item_timeout_s=settings.item_timeout_s,
+                item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
+                cache_path=settings.cache_path,
+                batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
+            )
+        return self._pool
 
     def grade(
         self,
@@ -192,12 +222,55 @@ class _EmbeddedGrader(GraderBase):
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
     ) -> list[Verdict]:
-        from workers.errors import DeadlineError
-
         triples = validate_rollouts(rollouts)
         if not all(isinstance(getattr(r, "gold", None), str) for r in rollouts):
             # Numeric golds (and mappings) become text rollouts, as on the fleet.
             rollouts = [Rollout(response=r, gold=g) for _, r, g in triples]
+        known = self._known([(r, g) for _, r, g in triples])
+        todo = [i for i, verdict in enumerate(known) if verdict is None]
+        if on_progress is not None and len(todo) < len(known):
+            on_progress(len(known) - len(todo))
+        if not todo:
+            return [verdict for verdict in known if verdict is not None]
+        try:
+            graded = self._grade_in_pool(
+                [rollouts[i] for i in todo], on_progress, deadline_s
+            )
+        except DeadlinePassedError as exc:  # what did arrive, at its own index
+            for index, verdict in zip(todo, exc.partial or [], strict=False):
+                known[index] = verdict
+            exc.partial = known
+            raise
+        for index, verdict in zip(todo, graded, strict=True):
+            known[index] = verdict
+        return [verdict for verdict in known if verdict is not None]
+
+    def _known(self, pairs: list[tuple[str, str]]) -> list[Verdict | None]:
+        """Verdicts stored whole for these very texts (None: grade it)."""
+        from workers.errors import CacheError
+
+        if self._exact is None:
+            return [None] * len(pairs)
+        assert self._cache is not None
+        try:
+            return self._exact.lookup(pairs, self._options)
+        except CacheError as exc:  # the pool grades them all, as without a cache
+            log.warning("exact-response cache lookup failed: %s", exc)
+            return [None] * len(pairs)
+        finally:
+            # The pool forks its workers from this process, and an SQLite connection
+            # open across a fork breaks the child's own (SQLite keeps per-process
+            # lock state per file): measured, a worker then waits "locked" forever.
+            self._cache.close()
+
+    def _grade_in_pool(
+        self,
+        rollouts: Sequence[RolloutLike],
+        on_progress: ProgressFn | None,
+        deadline_s: float | None,
+    ) -> list[Verdict]:
+        from workers.errors import DeadlineError
+
         done = 0
 
         def advance(done_in_call: int) -> None:  # the pool reports a running total
@@ -207,7 +280,7 @@ class _EmbeddedGrader(GraderBase):
             done = done_in_call
 
         try:
-            return self._pool.grade(
+            return self._started_pool().grade(
                 rollouts,
                 self._options,
                 on_progress=advance,
@@ -217,7 +290,10 @@ class _EmbeddedGrader(GraderBase):
             raise DeadlinePassedError(str(exc), partial=exc.partial) from exc
 
     def close(self) -> None:
-        self._pool.close()
+        if self._pool is not None:
+            self._pool.close()
+        if self._cache is not None:
+            self._cache.close()
 
 
 class _FleetGrader(GraderBase):

@@ -30,6 +30,7 @@ from producer.coalesce import (
 )
 from producer.errors import InvalidRolloutError
 from workers.contract import MAX_TEXT_CHARS
+from workers.lanes import INTERACTIVE, Lane
 from workers.models import GradeOptions, Verdict
 from workers.signing import keyring_from_env
 
@@ -80,6 +81,7 @@ class CoalescingGrader:
         options: default verdict-changing options.
         backend: use this backend instead of opening one for `url`.
         max_batch_items, max_delay_s, max_backlog_items: see `Coalescer`.
+        max_in_flight: batches running at once (None: the backend's own bound).
         on_batch: called with each coalesced batch's size (metrics).
         **backend_kwargs: passed to `open_backend` (embedded pool settings).
 
@@ -96,6 +98,7 @@ class CoalescingGrader:
         max_batch_items: int = DEFAULT_MAX_BATCH_ITEMS,
         max_delay_s: float = DEFAULT_MAX_DELAY_S,
         max_backlog_items: int = DEFAULT_MAX_BACKLOG_ITEMS,
+        max_in_flight: int | None = None,
         on_batch: Callable[[int], None] | None = None,
         **backend_kwargs: Any,
     ) -> None:
@@ -105,7 +108,7 @@ class CoalescingGrader:
             self.backend.grade_batch,
             max_batch_items=max_batch_items,
             max_delay_s=max_delay_s,
-            max_in_flight=self.backend.max_in_flight,
+            max_in_flight=max_in_flight or self.backend.max_in_flight,
             max_backlog_items=max_backlog_items,
             on_batch=on_batch,
         )
@@ -115,16 +118,18 @@ class CoalescingGrader:
         rollouts: Iterable[object],
         *,
         options: GradeOptions | None = None,
+        lane: Lane = INTERACTIVE,
         deadline_s: float | None = None,
     ) -> list[Verdict]:
         """Verdicts in input order; unfinished items at `deadline_s` are `timeout`.
+        `lane`: on a fleet, the lane of their batches (`interactive` or `bulk`).
 
         Raises:
             InvalidRolloutError: a rollout lacks string `response`/`gold`.
             OverloadedError: too many rollouts are waiting (retry later).
         """
         return await self.grade_pairs(
-            rollout_pairs(rollouts), options=options, deadline_s=deadline_s
+            rollout_pairs(rollouts), options=options, lane=lane, deadline_s=deadline_s
         )
 
     async def grade_pairs(
@@ -132,11 +137,12 @@ class CoalescingGrader:
         pairs: list[tuple[str, str]],
         *,
         options: GradeOptions | None = None,
+        lane: Lane = INTERACTIVE,
         deadline_s: float | None = None,
     ) -> list[Verdict]:
         """`grade` for already validated `(response, gold)` pairs."""
         return await self.coalescer.grade(
-            pairs, options or self.options, deadline_s=deadline_s
+            pairs, options or self.options, lane=lane, deadline_s=deadline_s
         )
 
     async def ready(self) -> tuple[bool, str]:

@@ -21,10 +21,11 @@ from producer.errors import BrokerUnavailableError, DeadlinePassedError, Produce
 from producer.grader import Grader, GraderBase, ProgressFn
 from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
+from workers.lanes import INTERACTIVE, parse_lane
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.urls import redact_url
 
-__all__ = ["REQUEST_ITEMS", "HttpGrader", "open_http_grader"]
+__all__ = ["REQUEST_ITEMS", "HttpGrader", "open_http_grader", "request_options"]
 
 # Items per request: large enough that per-request overhead vanishes (a 256-item
 # request costs the service about what the Python client pays), small enough that a
@@ -36,8 +37,21 @@ _GRADE_PATH = "/v1/grade"
 _DEADLINE_HEADER = "X-Gradefleet-Deadline-S"
 
 
+def request_options(options: GradeOptions, lane: str) -> dict[str, Any]:
+    """The `options` of a `/v1/grade` request. The lane is left out when it is the
+    service's default, so a service older than lanes still takes the request."""
+    body = options.to_dict()
+    if parse_lane(lane) != INTERACTIVE:
+        body["priority"] = lane
+    return body
+
+
 class HttpGrader(GraderBase):
-    """Grade through `gradefleet serve` at `url` (same verdicts as embedded/fleet)."""
+    """Grade through `gradefleet serve` at `url` (same verdicts as embedded/fleet).
+
+    `priority`: the fleet lane the service sends these rollouts to (`options.priority`
+    of every request).
+    """
 
     def __init__(
         self,
@@ -45,11 +59,12 @@ class HttpGrader(GraderBase):
         options: GradeOptions,
         *,
         token: str | None = None,
+        priority: str = INTERACTIVE,
         request_items: int = REQUEST_ITEMS,
         timeout_s: float = 3600.0,
     ) -> None:
         self.url = url.rstrip("/")
-        self._options = options.to_dict()
+        self._options = request_options(options, priority)
         self._request_items = request_items
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(
@@ -129,4 +144,9 @@ def open_http_grader(
 ) -> Grader:
     """`open_grader`'s factory for http(s):// URLs."""
     assert url is not None
-    return HttpGrader(url, options, token=os.environ.get(TOKEN_ENV) or None)
+    return HttpGrader(
+        url,
+        options,
+        token=os.environ.get(TOKEN_ENV) or None,
+        priority=settings.priority,
+    )

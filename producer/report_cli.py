@@ -35,8 +35,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 def check_broker_url(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> str | None:
-    """A broker is a Redis URL; anything else is a usage error (exit 2)."""
-    if value and not value.startswith(("redis://", "rediss://", "unix://")):
+    """A broker is a Redis or Sentinel URL; anything else is a usage error (exit 2)."""
+    if value and not value.startswith(
+        ("redis://", "rediss://", "unix://", "sentinel://")
+    ):
         scheme = value.split("://")[0]
         hint = (
             "; an http(s):// URL is a `gradefleet serve` service, which the "

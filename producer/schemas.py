@@ -10,15 +10,18 @@ silently ignored.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from producer.batching import GOLD_FIELDS, RESPONSE_FIELDS, InputRow, rows_from_record
 from producer.fields import lookup
+from workers.lanes import INTERACTIVE, Lane
 from workers.models import GradeOptions
 
 __all__ = [
+    "ITEM_FIELD_TYPES",
+    "MAX_ITEMS",
     "GradeRequest",
     "GradeResponse",
     "GradeResult",
@@ -27,17 +30,26 @@ __all__ = [
     "OpenRLHFResponse",
     "OptionsIn",
     "RolloutIn",
+    "pick_row",
 ]
+
+MAX_ITEMS: Final = 100_000
 
 
 class OptionsIn(BaseModel):
-    """Verdict-changing options (`GradeOptions`); omitted fields keep defaults."""
+    """Verdict-changing options (`GradeOptions`) and the fleet lane; omitted fields
+    keep defaults."""
 
     model_config = ConfigDict(extra="forbid")
 
     allow_fallback: bool = True
     approximate: bool = False
     rel_tol: float = Field(default=1e-6, ge=0.0, le=1.0, allow_inf_nan=False)
+    priority: Lane = Field(
+        default=INTERACTIVE,
+        description="On a fleet, the lane of these items: `interactive` (RL steps, "
+        "taken first) or `bulk` (sweeps). Does not change verdicts.",
+    )
 
     def to_options(self) -> GradeOptions:
         return GradeOptions(
@@ -74,20 +86,7 @@ class RolloutIn(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _pick_fields(cls, data: Any, handler: Any) -> RolloutIn:
-        # The CLI's own rules (aliases, types, length limit), so both accept the
-        # same rollouts and say the same thing about the others.
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        rows = rows_from_record(data, 0)
-        if not isinstance(rows, list):
-            raise ValueError(rows.reason)
-        for name in (*RESPONSE_FIELDS, *GOLD_FIELDS):
-            if isinstance(lookup(data, name), list):  # the CLI's samples and golds
-                raise ValueError(
-                    f"field {name!r} must be a string or number, not list "
-                    "(one response and one gold per item)"
-                )
-        row = rows[0]
+        row = pick_row(data)
         model: RolloutIn = handler(data)
         model._row = row
         return model
@@ -97,6 +96,46 @@ class RolloutIn(BaseModel):
         return self._row.response, self._row.gold
 
 
+def pick_row(data: Any) -> InputRow:
+    """The item's response and gold by the CLI's own rules (aliases, types, length
+    limit), so the CLI and the service accept the same rollouts and say the same
+    thing about the others.
+
+    Raises:
+        ValueError: naming the field at fault.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    rows = rows_from_record(data, 0)
+    if not isinstance(rows, list):
+        raise ValueError(rows.reason)
+    for name in (*RESPONSE_FIELDS, *GOLD_FIELDS):
+        if isinstance(lookup(data, name), list):  # the CLI's samples and golds
+            raise ValueError(
+                f"field {name!r} must be a string or number, not list "
+                "(one response and one gold per item)"
+            )
+    return rows[0]
+
+
+# The JSON types each declared field of `RolloutIn` takes (besides null): an item
+# whose declared fields all have these types is valid exactly when `pick_row`
+# accepts it (what `producer.grade_route`'s fast path relies on).
+_TEXT: Final = (str,)
+_GOLD: Final = (str, int, float)
+ITEM_FIELD_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "response": _TEXT,
+    "completion": _TEXT,
+    "output": _TEXT,
+    "solution_str": _TEXT,
+    "gold": _GOLD,
+    "ground_truth": _GOLD,
+    "answer": _GOLD,
+    "solution": _GOLD,
+    "expected_answer": _GOLD,
+    "reward_model": (dict,),
+}
+assert set(ITEM_FIELD_TYPES) == set(RolloutIn.model_fields)
 # Every declared field is one of the CLI's aliases (the others arrive as extras).
 assert set(RolloutIn.model_fields) <= set(RESPONSE_FIELDS) | {
     f.split(".")[0] for f in GOLD_FIELDS
@@ -108,7 +147,7 @@ class GradeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    items: list[RolloutIn] = Field(max_length=100_000)
+    items: list[RolloutIn] = Field(max_length=MAX_ITEMS)
     options: OptionsIn = Field(default_factory=OptionsIn)
     deadline_s: float | None = Field(
         default=None,
@@ -147,7 +186,7 @@ class OpenRLHFRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    query: list[str] = Field(max_length=100_000)
+    query: list[str] = Field(max_length=MAX_ITEMS)
     prompts: list[str] | None = None
     labels: list[str | int | float | None] | None = None
 

@@ -11,12 +11,8 @@ from pathlib import Path
 
 import click
 
-from producer.settings import (
-    CACHE_FILE_NAME,
-    ProducerSettings,
-    default_cache_dir,
-    redact_url,
-)
+from producer.cli_options import cache_dir_option_value, embedded_options
+from producer.settings import CACHE_FILE_NAME, redact_url
 
 __all__ = ["is_loopback", "serve"]
 
@@ -100,26 +96,13 @@ def is_loopback(host: str) -> bool:
     help="How long a lone request waits for others to share its batch.",
 )
 @click.option(
-    "--processes",
+    "--coalesce-max-in-flight",
     type=click.IntRange(min=1),
-    envvar="GRADEFLEET_PROCESSES",
-    help="Embedded mode: grading processes [default: CPU count].",
+    help="Batches graded at once; while all run, new requests wait and leave as "
+    "bigger batches [default: 2 on a fleet, where a 256-item batch is 4 tasks: "
+    "raise it for more than 8 workers; 1 embedded].",
 )
-@click.option(
-    "--item-timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=ProducerSettings().item_timeout_s,
-    envvar="GRADEFLEET_ITEM_TIMEOUT_S",
-    show_default=True,
-    help="Wall-clock limit per rollout (embedded mode; the fleet's own elsewhere).",
-)
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="GRADEFLEET_CACHE_DIR",
-    help="Embedded mode: result cache directory [default: $XDG_CACHE_HOME/gradefleet].",
-)
-@click.option("--no-cache", is_flag=True, help="Embedded mode: no result cache.")
+@embedded_options
 def serve(
     broker: str | None,
     host: str,
@@ -131,8 +114,10 @@ def serve(
     max_backlog: int,
     coalesce_max_items: int,
     coalesce_delay_ms: float,
+    coalesce_max_in_flight: int | None,
     processes: int | None,
     item_timeout_s: float,
+    item_memory_mb: int,
     cache_dir: Path | None,
     no_cache: bool,
 ) -> None:
@@ -154,8 +139,8 @@ def serve(
     from workers.signing import keyring_from_env
 
     cache_path = None
-    if broker is None and not no_cache:
-        directory = cache_dir or default_cache_dir(os.environ)
+    directory = cache_dir_option_value(cache_dir, no_cache)
+    if broker is None and directory is not None:
         directory.mkdir(parents=True, exist_ok=True)
         cache_path = directory / CACHE_FILE_NAME
     grader = CoalescingGrader(
@@ -163,12 +148,14 @@ def serve(
         max_batch_items=coalesce_max_items,
         max_delay_s=coalesce_delay_ms / 1000,
         max_backlog_items=max_backlog,
+        max_in_flight=coalesce_max_in_flight,
         **(
             {"item_timeout_s": item_timeout_s, "keyring": keyring_from_env(os.environ)}
             if broker
             else {
                 "processes": processes,
                 "item_timeout_s": item_timeout_s,
+                "item_memory_mb": item_memory_mb,
                 "cache_path": cache_path,
             }
         ),
@@ -176,12 +163,11 @@ def serve(
     metrics = ServiceMetrics()
     collectors: tuple[object, ...] = ()
     if broker:
-        import redis
-
+        from workers.connections import redis_client
         from workers.lanes import LANE_QUEUES
         from workers.metrics import QueueDepthCollector
 
-        queue_redis = redis.Redis.from_url(broker, socket_timeout=1.0)
+        queue_redis = redis_client(broker, socket_timeout=1.0)
         # Every lane's queue, as a worker node exports them.
         queues = list(LANE_QUEUES.values())
         collectors = (QueueDepthCollector(queue_redis, queues),)
@@ -205,8 +191,16 @@ def serve(
         host=host,
         port=port,
         log_level="info",
-        # The access log shows method, path and status; never headers (the token).
-        access_log=True,
+        # No access log: a line per request costs more than answering a cached
+        # one (per-route counts and latencies are in /metrics); nor does any log
+        # line carry headers (the token).
+        access_log=False,
+        # Named, not "auto": a missing C parser or loop fails here, loudly, instead
+        # of halving the requests per second (pyproject requires both). Embedded,
+        # asyncio's loop: the pool's sandbox children forked under uvloop exit at
+        # once (every item came back `error`, "sandbox child exited with status 0").
+        loop="uvloop" if broker else "asyncio",
+        http="httptools",
         timeout_graceful_shutdown=None,
         lifespan="on",
     )

@@ -3,7 +3,9 @@
 Routes: `POST /v1/grade`, `POST /compat/openrlhf/get_reward`,
 `POST /compat/nemo-gym/verify`, `GET /healthz`, `GET /readyz`, `GET /metrics`, and
 the OpenAPI page (`/docs`, `/openapi.json`). All grading goes through one
-`CoalescingGrader`, so concurrent small requests share batches.
+`CoalescingGrader`, so concurrent small requests share batches. A well-formed
+`/v1/grade` request is answered by `producer.grade_route.FastGrade` without
+FastAPI's per-request machinery; the FastAPI route documents it and answers the rest.
 
 Rules every route keeps: a failed item is a verdict (never a 5xx); a malformed request
 is a 4xx naming the item and field; past a request's deadline the unfinished items are
@@ -18,7 +20,7 @@ import asyncio
 import contextlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -42,6 +44,22 @@ from producer.compat import (
     openrlhf_payload,
     strip_query,
 )
+from producer.grade_route import (
+    DEADLINE_HEADER,
+    GRADE_PATH,
+    ASGIApp,
+    BadHeaderError,
+    FastGrade,
+    GradeCall,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    encode_results,
+    header_deadline_s,
+    overloaded_headers,
+    unless_disconnected,
+)
 from producer.grading import CoalescingGrader
 from producer.schemas import (
     GradeRequest,
@@ -55,13 +73,12 @@ from workers.models import Verdict
 
 __all__ = ["DEADLINE_HEADER", "ServiceMetrics", "create_app"]
 
-DEADLINE_HEADER = "X-Gradefleet-Deadline-S"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_DEADLINE_S = 300.0
 _PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
 _ROUTES = frozenset(
     {
-        "/v1/grade",
+        GRADE_PATH,
         "/compat/openrlhf/get_reward",
         "/compat/nemo-gym/verify",
         "/healthz",
@@ -71,11 +88,7 @@ _ROUTES = frozenset(
         "/openapi.json",
     }
 )
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+_JSON = "application/json"
 
 
 class ServiceMetrics:
@@ -114,10 +127,35 @@ class ServiceMetrics:
         )
 
 
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    """The last value of header `name` (lower case), without building a dict."""
+    found = None
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            found = value
+    return found
+
+
 class _MetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        # Labelled children kept: `labels()` takes a lock and checks its arguments
+        # on every call, a tenth of a one-item request's cost. Bounded: routes are
+        # `_ROUTES` plus "other", codes a handful.
+        self._counters: dict[tuple[str, int], Any] = {}
+        self._timers: dict[str, Any] = {}
+
+    def _count(self, route: str, code: int, seconds: float) -> None:
+        counter = self._counters.get((route, code))
+        if counter is None:
+            counter = self.metrics.requests.labels(route, str(code))
+            self._counters[(route, code)] = counter
+        counter.inc()
+        timer = self._timers.get(route)
+        if timer is None:
+            timer = self._timers[route] = self.metrics.latency.labels(route)
+        timer.observe(seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -139,8 +177,7 @@ class _MetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             self.metrics.in_flight.dec()
-            self.metrics.requests.labels(route, str(code)).inc()
-            self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+            self._count(route, code, time.perf_counter() - started)
 
 
 class _AuthMiddleware:
@@ -154,7 +191,7 @@ class _AuthMiddleware:
         if scope["type"] != "http" or scope.get("path") in _PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers") or []).get(b"authorization", b"")
+        given = _header(scope, b"authorization") or b""
         if hmac.compare_digest(given, self._expected):
             await self.app(scope, receive, send)
             return
@@ -181,7 +218,7 @@ class _BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = dict(scope.get("headers") or []).get(b"content-length")
+        length = _header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
             await self._refuse(scope, receive, send)
             return
@@ -214,55 +251,6 @@ class _BodyLimitMiddleware:
             status_code=413,
         )
         await reply(scope, receive, send)
-
-
-def _deadline_s(request: Request, field_s: float | None, default_s: float) -> float:
-    limits = [default_s]
-    if field_s is not None:
-        limits.append(field_s)
-    header = request.headers.get(DEADLINE_HEADER)
-    if header is not None:
-        try:
-            value = float(header)
-        except ValueError:
-            value = float("nan")
-        if not 0 < value <= 86_400:  # also refuses nan
-            raise _BadHeaderError(f"{DEADLINE_HEADER} must be a number of seconds > 0")
-        limits.append(value)
-    return min(limits)
-
-
-class _BadHeaderError(Exception):
-    pass
-
-
-async def _until_disconnect(request: Request) -> None:
-    """Returns when the client goes away (the body has been read already)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def _unless_disconnected(
-    request: Request, work: Awaitable[list[Verdict]]
-) -> list[Verdict] | None:
-    """`work`'s verdicts, or None (work cancelled) if the client left first."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_until_disconnect(request))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watch
-        if not task.done():
-            task.cancel()  # the client left (or we are cancelled): stop waiting
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if task.cancelled():
-        return None
-    return task.result()
 
 
 def create_app(
@@ -302,9 +290,12 @@ def create_app(
     )
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(OverloadedError, _overloaded)
-    app.add_exception_handler(_BadHeaderError, _bad_header)
-    routes = _Routes(grader, reward or RewardConfig(), metrics, default_deadline_s)
-    app.post("/v1/grade", response_model=GradeResponse)(routes.grade)
+    app.add_exception_handler(BadHeaderError, _bad_header)
+    reward = reward or RewardConfig()
+    routes = _Routes(grader, reward, metrics, default_deadline_s)
+    # The reply is encoded straight to JSON bytes; its schema is documented here.
+    documented: dict[int | str, dict[str, Any]] = {200: {"model": GradeResponse}}
+    app.post(GRADE_PATH, response_model=None, responses=documented)(routes.grade)
     app.post("/compat/openrlhf/get_reward", response_model=OpenRLHFResponse)(
         routes.openrlhf_get_reward
     )
@@ -312,7 +303,10 @@ def create_app(
     app.get("/healthz")(routes.healthz)
     app.get("/readyz")(routes.readyz)
     app.get("/metrics")(routes.metrics)
-    wrapped: ASGIApp = _BodyLimitMiddleware(app, max_body_bytes)
+    fast = FastGrade(
+        app, routes.grade_call, reward, lambda: grader.coalescer.grader_version
+    )
+    wrapped: ASGIApp = _BodyLimitMiddleware(fast, max_body_bytes)
     if token:
         wrapped = _AuthMiddleware(wrapped, token)
     return _MetricsMiddleware(wrapped, metrics)
@@ -332,9 +326,7 @@ async def _invalid(_request: Request, exc: Exception) -> Response:
 async def _overloaded(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, OverloadedError)
     return JSONResponse(
-        {"detail": str(exc)},
-        status_code=503,
-        headers={"Retry-After": f"{max(1, round(exc.retry_after_s))}"},
+        {"detail": str(exc)}, status_code=503, headers=overloaded_headers(exc)
     )
 
 
@@ -357,33 +349,44 @@ class _Routes:
         self._metrics = metrics
         self.default_deadline_s = default_deadline_s
 
+    def _deadline_s(self, *limits_s: float | None) -> float:
+        return min([self.default_deadline_s, *(s for s in limits_s if s is not None)])
+
     async def _grade_or_gone(
-        self,
-        request: Request,
-        pairs: list[tuple[str, str]],
-        field_deadline_s: float | None = None,
-        **kwargs: Any,
+        self, request: Request, pairs: list[tuple[str, str]]
     ) -> list[Verdict] | None:
-        deadline_s = _deadline_s(request, field_deadline_s, self.default_deadline_s)
-        return await _unless_disconnected(
-            request, self.grader.grade_pairs(pairs, deadline_s=deadline_s, **kwargs)
+        header_s = header_deadline_s(request.headers.get(DEADLINE_HEADER))
+        work = self.grader.grade_pairs(pairs, deadline_s=self._deadline_s(header_s))
+        return await unless_disconnected(request.receive, work)
+
+    def grade_call(
+        self, call: GradeCall, header_s: float | None
+    ) -> Awaitable[list[Verdict]]:
+        """Grade a validated `/v1/grade` call (both paths come here)."""
+        return self.grader.grade_pairs(
+            call.pairs,
+            options=call.options,
+            lane=call.lane,
+            deadline_s=self._deadline_s(call.deadline_s, header_s),
         )
 
     async def grade(self, request: Request, body: GradeRequest) -> Response:
         """Grade every item; results in input order, each with its `score`."""
-        pairs = [item.pair for item in body.items]
-        verdicts = await self._grade_or_gone(
-            request, pairs, body.deadline_s, options=body.options.to_options()
+        header_s = header_deadline_s(request.headers.get(DEADLINE_HEADER))
+        call = GradeCall(
+            [item.pair for item in body.items],
+            body.options.to_options(),
+            body.options.priority,
+            body.deadline_s,
+        )
+        verdicts = await unless_disconnected(
+            request.receive, self.grade_call(call, header_s)
         )
         if verdicts is None:
             return Response(status_code=499)
-        results = []
-        for verdict in verdicts:
-            result = verdict.to_dict()
-            result["score"] = self.reward.score(verdict)
-            results.append(result)
         version = self.grader.coalescer.grader_version
-        return JSONResponse({"results": results, "grader_version": version})
+        reply = encode_results(verdicts, self.reward, version)
+        return Response(reply, media_type=_JSON)
 
     async def openrlhf_get_reward(
         self, request: Request, body: OpenRLHFRequest

@@ -186,10 +186,11 @@ def _lanes_and_jobs(
 ) -> tuple[tuple[LaneStatus, ...], int, tuple[JobEntry, ...]]:
     import redis
 
+    from workers.connections import redis_client
     from workers.metrics import read_queue_depths
 
     try:
-        client = redis.Redis.from_url(
+        client = redis_client(
             broker_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
         )
     except ValueError as exc:
@@ -245,10 +246,9 @@ def _snapshot(
 def _observe(
     broker_url: str, urls: Sequence[str], *, timeout_s: float, window_s: float
 ) -> tuple[list[str], _Snapshot, _Snapshot]:
-    from celery import Celery
+    from workers.connections import control_app
 
-    app = Celery("gradefleet-status", broker=broker_url, set_as_current=False)
-    app.conf.update(accept_content=["json"], broker_connection_retry=False)
+    app = control_app("gradefleet-status", broker_url)
     try:
         names = sorted((app.control.inspect(timeout=timeout_s).ping() or {}).keys())
         first = _snapshot(app, names, urls, timeout_s)

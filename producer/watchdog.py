@@ -20,10 +20,9 @@ __all__ = ["NoWorkerWatch", "live_workers"]
 
 def live_workers(broker_url: str, timeout_s: float) -> list[str]:
     """Names of the workers that answer a ping on `broker_url` within `timeout_s`."""
-    from celery import Celery
+    from workers.connections import control_app
 
-    app = Celery("gradefleet-watch", broker=broker_url, set_as_current=False)
-    app.conf.update(accept_content=["json"], broker_connection_retry=False)
+    app = control_app("gradefleet-watch", broker_url)
     try:
         return sorted((app.control.inspect(timeout=timeout_s).ping() or {}).keys())
     finally:

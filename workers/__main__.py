@@ -94,15 +94,14 @@ def _setup_metrics(settings: WorkerSettings) -> None:
         return
     # Import here: prometheus_client must switch to multiprocess mode before any
     # metric exists, which prepare_multiprocess_dir() does.
-    import redis
-
+    from workers.connections import redis_client
     from workers.lanes import LANE_QUEUES
     from workers.metrics import prepare_multiprocess_dir, start_metrics_server
 
     path = settings.metrics_dir or tempfile.mkdtemp(prefix="gradefleet-metrics-")
     prepare_multiprocess_dir(Path(path))
     if settings.metrics_port:
-        client = redis.Redis.from_url(settings.broker_url, socket_timeout=2)
+        client = redis_client(settings.broker_url, socket_timeout=2)
         # Every lane's depth, whichever lanes this node consumes.
         start_metrics_server(
             settings.metrics_port,

@@ -15,7 +15,9 @@ from celery.worker import control
 
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
 from workers.broker import transport_for
+from workers.connections import celery_endpoint
 from workers.contract import QUEUE
+from workers.kombu_fixes import closed_channels_fail_as_connection_errors
 from workers.lanes import LaneCycle
 from workers.runtime import configure, forget_runtime, get_runtime
 from workers.sandbox import warm_up_verifier
@@ -80,9 +82,12 @@ def create_app(settings: WorkerSettings) -> Celery:
     """A Celery app for the fleet: JSON only, late acks, prefetch 1, named task."""
     configure(settings)
     _limit_remote_control()
+    closed_channels_fail_as_connection_errors()
     soft_s, hard_s = _time_limits_s(settings)
     LaneCycle.bulk_every = settings.bulk_every
-    app = Celery("gradefleet", broker=settings.broker_url, backend=settings.backend_url)
+    broker = celery_endpoint(settings.broker_url)
+    backend = celery_endpoint(settings.backend_url)
+    app = Celery("gradefleet", broker=broker.url, backend=backend.url)
     app.conf.update(
         # A broker refusing writes (maxmemory, read-only replica) is waited out
         # like a lost connection (`workers.broker`), not a crash.
@@ -100,11 +105,13 @@ def create_app(settings: WorkerSettings) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=QUEUE,
         broker_transport_options={
+            **broker.transport_options,  # a Sentinel URL's master_name
             "visibility_timeout": settings.visibility_timeout_s,
             # One BRPOP over every lane's lists, interactive first, bulk now and
             # then (`workers.lanes.LaneCycle`); kombu imports the class by name.
             "queue_order_strategy": f"{LaneCycle.__module__}:{LaneCycle.__name__}",
         },
+        result_backend_transport_options=backend.transport_options,
         broker_connection_retry_on_startup=True,
         result_expires=max(3_600, settings.visibility_timeout_s),
         task_soft_time_limit=soft_s,

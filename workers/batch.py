@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from workers import verifier
 from workers.cache import CacheBackend, cache_entry, cache_keyer, verdict_from_entry
 from workers.errors import CacheError
+from workers.exact_cache import ExactLayer
 from workers.models import (
     TRANSIENT_STATUSES,
     ExtractionMethod,
@@ -72,6 +73,9 @@ class BatchGrader:
     flag means "no grading work happened for this answer in this run". Everything
     else is identical with the cache on, off, warm or cold.
 
+    With an `exact` layer (the embedded pool), every final verdict is also stored
+    whole under its (response, gold), for the CLI to find before it reaches a worker.
+
     `item_graded` reports the sandbox time for decided items and 0.0 for items that
     needed no decision (cache hits, in-batch copies). `cache_lookup` counts distinct
     keys. A `CacheError` is logged and the batch goes on without the cache.
@@ -83,10 +87,12 @@ class BatchGrader:
         sandbox: Sandbox,
         cache: CacheBackend | None,
         observer: BatchObserver | None = None,
+        exact: ExactLayer | None = None,
     ) -> None:
         self._sandbox = sandbox
         self._cache = cache
         self._observer: BatchObserver = observer or NullObserver()
+        self._exact = exact
 
     def grade(
         self, items: Sequence[GradeItem], options: GradeOptions
@@ -95,7 +101,13 @@ class BatchGrader:
         run = _BatchRun(self._cache, self._observer, items, options)
         pairs = [(item.response, item.gold) for item in items]
         results = self._sandbox.grade_selected(pairs, options, run.select)
-        return run.finish(results)
+        graded = run.finish(results)
+        if self._exact is not None:
+            try:
+                self._exact.store(pairs, [verdict for _i, verdict in graded], options)
+            except CacheError as exc:
+                log.warning("exact-response cache store failed: %s", exc)
+        return graded
 
 
 class _BatchRun:

@@ -18,7 +18,6 @@ from typing import Any
 import redis
 from celery import Task
 
-from workers.connections import BROKER_REFUSALS
 from workers.models import Verdict
 from workers.protocol import (
     attempts_key,
@@ -26,6 +25,7 @@ from workers.protocol import (
     progress_meta,
     task_meta,
 )
+from workers.refusals import BROKER_REFUSALS
 from workers.signing import Keyring
 
 __all__ = ["BatchProgress", "Heartbeat", "ResultSlot"]

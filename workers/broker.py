@@ -14,11 +14,12 @@ from urllib.parse import urlsplit
 
 from kombu.transport import redis as kombu_redis
 
-from workers.connections import BROKER_REFUSALS
+from workers.refusals import BROKER_REFUSALS
+from workers.urls import is_sentinel_url
 
-__all__ = ["Transport", "transport_for"]
+__all__ = ["SentinelTransport", "Transport", "transport_for"]
 
-# URL schemes served by kombu's plain Redis transport (Sentinel has its own).
+# URL schemes served by kombu's plain Redis transport.
 _SCHEMES = frozenset({"redis", "rediss"})
 
 
@@ -28,9 +29,23 @@ class Transport(kombu_redis.Transport):
     connection_errors = kombu_redis.Transport.connection_errors + BROKER_REFUSALS
 
 
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport with broker refusals as connection errors (a
+    READONLY reply from a demoted master: reconnecting asks the sentinels for the
+    promoted one)."""
+
+    connection_errors = (
+        kombu_redis.SentinelTransport.connection_errors + BROKER_REFUSALS
+    )
+
+
 def transport_for(broker_url: str) -> str | None:
-    """Celery's `broker_transport` for `broker_url`: this module's transport for
-    redis:// and rediss://, None (the URL's own) for any other scheme."""
-    if urlsplit(broker_url).scheme.lower() in _SCHEMES:
+    """Celery's `broker_transport` for `broker_url` (ours, not kombu's form): this
+    module's transports for redis://, rediss:// and sentinel://, None (the URL's
+    own) for any other scheme."""
+    scheme = urlsplit(broker_url).scheme.lower()
+    if scheme in _SCHEMES:
         return f"{__name__}:{Transport.__name__}"
+    if is_sentinel_url(broker_url):
+        return f"{__name__}:{SentinelTransport.__name__}"
     return None

@@ -1,51 +1,155 @@
-"""Redis clients by URL (roles that share a URL share one client, so a single-Redis
-deployment holds one connection pool per process), and what a broker's refusal is."""
+"""Redis clients by URL: the one place a URL becomes a client.
+
+`redis://`, `rediss://` and `unix://` go through redis-py's `from_url`; `sentinel://`
+(`workers.urls`) through a redis-py `Sentinel` whose `master_for` client asks the
+sentinels for the master on every new connection, so after a failover it reconnects
+to the promoted replica by itself. Celery and kombu take the same URL in their own
+form (`celery_endpoint`: `sentinel://h1:p/db;sentinel://h2:p/db` plus a `master_name`
+transport option).
+
+Roles that share a URL (broker, result backend, cache) share one client
+(`RedisClients`), so a single-Redis deployment holds one connection pool per process.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import redis
-from redis.backoff import ExponentialBackoff
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
 
-# types-redis predates OutOfMemoryError (redis-py 4.6+).
-from redis.exceptions import OutOfMemoryError, ReadOnlyError  # type: ignore[attr-defined]
-from redis.retry import Retry
+from workers.urls import SentinelUrl, is_sentinel_url, parse_sentinel_url
 
-__all__ = ["BROKER_REFUSALS", "OUTLAST_REFUSALS", "RedisClients", "broker_refusal"]
+if TYPE_CHECKING:
+    from celery import Celery
 
-# A broker that answers but refuses to write: out of memory under `noeviction`, or a
-# replica made read-only by a failover. Both pass (memory is freed, a new master is
-# found), so workers and producers wait them out; a missing ACL permission
-# (NoPermissionError) never passes and stays fatal.
-BROKER_REFUSALS: tuple[type[redis.ResponseError], ...] = (
-    OutOfMemoryError,
-    ReadOnlyError,
-)
-_MAX_CAUSES = 8
-# A write the broker refuses is tried again after 0.1, 0.2, ... then every 2 s, about
-# a minute in all: what an operator needs to raise `maxmemory` or a failover to end,
-# while a running batch holds its verdicts instead of losing them.
-OUTLAST_REFUSALS = Retry(
-    ExponentialBackoff(cap=2.0, base=0.05), retries=40, supported_errors=BROKER_REFUSALS
-)
+__all__ = [
+    "CeleryEndpoint",
+    "RedisClients",
+    "async_redis_client",
+    "celery_endpoint",
+    "control_app",
+    "redis_client",
+]
 
 
-def broker_refusal(exc: BaseException) -> BaseException | None:
-    """The broker refusal in `exc` or its causes, else None (kombu and our own
-    errors wrap Redis's)."""
-    seen: BaseException | None = exc
-    for _ in range(_MAX_CAUSES):
-        if seen is None:
-            return None
-        if isinstance(seen, BROKER_REFUSALS):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+def redis_client(url: str, **options: Any) -> redis.Redis[bytes]:
+    """A client for `url` (any scheme above); `options` are redis-py connection
+    options (`socket_timeout`, ...), given to the sentinels' connections too.
+
+    Raises:
+        ConfigError: a malformed `sentinel://` URL.
+        ValueError: another URL redis-py cannot parse.
+    """
+    if not is_sentinel_url(url):
+        return redis.Redis.from_url(url, **options)
+    parsed = parse_sentinel_url(url)
+    sentinel = redis.sentinel.Sentinel(
+        parsed.sentinels,
+        sentinel_kwargs=_sentinel_kwargs(parsed, options),
+        **options,
+    )
+    client: redis.Redis[bytes] = sentinel.master_for(
+        parsed.master_name, **_master_kwargs(parsed)
+    )
+    return client
+
+
+def async_redis_client(url: str, **options: Any) -> redis.asyncio.Redis[bytes]:
+    """`redis_client` for asyncio (`redis.asyncio`)."""
+    if not is_sentinel_url(url):
+        return redis.asyncio.Redis.from_url(url, **options)
+    parsed = parse_sentinel_url(url)
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        parsed.sentinels,
+        sentinel_kwargs=_sentinel_kwargs(parsed, options),
+        **options,
+    )
+    client: redis.asyncio.Redis[bytes] = sentinel.master_for(
+        parsed.master_name, **_master_kwargs(parsed)
+    )
+    return client
+
+
+def _sentinel_kwargs(parsed: SentinelUrl, options: dict[str, Any]) -> dict[str, Any]:
+    # The sentinels get the same socket timeouts (a dead sentinel must not stall a
+    # lookup longer than a dead master would) and their own password, if any.
+    kwargs = {k: v for k, v in options.items() if k.startswith("socket_")}
+    if parsed.sentinel_password:
+        kwargs["password"] = parsed.sentinel_password
+    return kwargs
+
+
+def _master_kwargs(parsed: SentinelUrl) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"db": parsed.db}
+    if parsed.username:
+        kwargs["username"] = parsed.username
+    if parsed.password is not None:
+        kwargs["password"] = parsed.password
+    return kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class CeleryEndpoint:
+    """A Redis URL as Celery takes it: `url` for `broker=`/`backend=`, and the
+    transport options it needs (`broker_transport_options`,
+    `result_backend_transport_options`), to merge with one's own."""
+
+    url: str
+    transport_options: dict[str, Any] = field(default_factory=dict)
+
+
+def celery_endpoint(url: str) -> CeleryEndpoint:
+    """`url` in kombu's form: unchanged unless it is a `sentinel://` URL, which
+    becomes one `sentinel://` URL per sentinel joined by `;` (kombu's and Celery's
+    Sentinel transport and backend) with `master_name` as a transport option.
+
+    Raises:
+        ConfigError: a malformed `sentinel://` URL.
+    """
+    if not is_sentinel_url(url):
+        return CeleryEndpoint(url)
+    parsed = parse_sentinel_url(url)
+    userinfo = ""
+    if parsed.password is not None or parsed.username:
+        user = quote(parsed.username or "", safe="")
+        userinfo = f"{user}:{quote(parsed.password or '', safe='')}@"
+    urls = [
+        f"sentinel://{userinfo}{_netloc_host(host)}:{port}/{parsed.db}"
+        for host, port in parsed.sentinels
+    ]
+    options: dict[str, Any] = {"master_name": parsed.master_name}
+    if parsed.sentinel_password:
+        options["sentinel_kwargs"] = {"password": parsed.sentinel_password}
+    return CeleryEndpoint(";".join(urls), options)
+
+
+def control_app(name: str, url: str) -> Celery:
+    """A Celery app for remote-control calls only (`ping`, `stats`): JSON, and no
+    connection retries (a status command answers rather than waits)."""
+    from celery import Celery  # here: `workers.connections` loads without Celery
+
+    endpoint = celery_endpoint(url)
+    app = Celery(name, broker=endpoint.url, set_as_current=False)
+    app.conf.update(
+        accept_content=["json"],
+        broker_connection_retry=False,
+        broker_transport_options=endpoint.transport_options,
+    )
+    return app
+
+
+def _netloc_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 class RedisClients:
-    """One `redis.Redis` per distinct URL, built on first use with `client_options`."""
+    """One client per distinct URL (`redis_client`), built on first use with
+    `client_options`."""
 
     def __init__(self, **client_options: Any) -> None:
         self._options = client_options
@@ -55,7 +159,7 @@ class RedisClients:
         """The client for `url` (the same object for the same URL)."""
         client = self._by_url.get(url)
         if client is None:
-            client = self._by_url[url] = redis.Redis.from_url(url, **self._options)
+            client = self._by_url[url] = redis_client(url, **self._options)
         return client
 
     def close(self) -> None:

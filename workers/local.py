@@ -28,13 +28,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from workers import verifier
 from workers.batch import BatchGrader, GradeItem
 from workers.cache import SqliteResultCache
 from workers.childproc import fork_child, read_frame, write_frame
 from workers.errors import DeadlineError, SandboxError
+from workers.exact_cache import ExactLayer
 from workers.models import GradeOptions, RolloutLike, Verdict
 from workers.sandbox import GradeFn, Sandbox, warm_up_verifier
-from workers.sizing import LOCAL_BATCH_SIZE, RECYCLE_AFTER_ITEMS
+from workers.sizing import (
+    CACHE_WRITE_BEHIND_ROWS,
+    LOCAL_BATCH_SIZE,
+    RECYCLE_AFTER_ITEMS,
+)
 from workers.verdicts import poison_verdict
 
 __all__ = ["LocalPool"]
@@ -68,8 +74,14 @@ def _worker_loop(to_fd: int, from_fd: int, config: _WorkerConfig) -> None:
         recycle_after_items=config.recycle_after_items,
         grade_fn=config.grade_fn,
     )
-    cache = None if config.cache_path is None else SqliteResultCache(config.cache_path)
-    grader = BatchGrader(sandbox=sandbox, cache=cache)
+    cache = exact = None
+    if config.cache_path is not None:
+        cache = SqliteResultCache(
+            config.cache_path, write_behind_rows=CACHE_WRITE_BEHIND_ROWS
+        )
+        if config.grade_fn is None:  # whole verdicts of the verifier's only
+            exact = ExactLayer(cache, verifier.GRADER_VERSION)
+    grader = BatchGrader(sandbox=sandbox, cache=cache, exact=exact)
     try:
         while (message := read_frame(to_fd)) is not None:
             items = [GradeItem(i, r, g) for i, r, g in message["items"]]

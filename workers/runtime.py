@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import redis
 
 from workers.batch import BatchGrader
-from workers.cache import RedisResultCache
 from workers.connections import RedisClients
 from workers.errors import ConfigError
 from workers.metrics import WorkerMetrics
 from workers.models import Verdict
+from workers.redis_cache import RedisResultCache
 from workers.sandbox import GradeFn, Sandbox
 from workers.settings import WorkerSettings
 

@@ -8,11 +8,12 @@ from daemonic Celery prefork processes; a plain fork works everywhere, and becau
 parent has already imported the verifier, every child starts warm (~ms, no re-import).
 Why no SIGALRM: no signal interrupts a big-integer power inside GMP; only SIGKILL of a
 separate process bounds it. The parent sends a chunk of items in one frame; the child
-prepares each (extraction and parsing, answering with its decision key), the parent
-picks the items still to decide (not in its cache, not a duplicate) and the child
-decides those, answering one frame per item. The parent waits for each answer with
-`poll` under that item's own deadline (which starts when the previous answer arrived;
-the preparing and the deciding of an item each get one), sampling the child's RSS
+prepares each (extraction and parsing: bounded string work) and answers with every
+decision key in one frame, the parent picks the items still to decide (not in its
+cache, not a duplicate) and the child decides those, answering one frame per item.
+The parent waits for each answer with `poll` under its own deadline (a decision's
+starts when the previous answer arrived; a chunk's preparing gets one, and should it
+fail, the chunk's items are sent again one by one), sampling the child's RSS
 meanwhile. On a kill the chunk's unanswered items are re-sent to a fresh child.
 
 `item_memory_bytes` is the memory one item may use *above the warm child's baseline*
@@ -58,6 +59,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _READ_CHUNK_BYTES = 1 << 16
+# How long the parent naps before reading a chunk's next answers (`_await_reply`):
+# deciding takes some 6 us an item, so most of a chunk's answers are in by then.
+_GATHER_S = 0.0005
 
 
 # Answers that reach every lazily imported path of the verifier (SymPy included).
@@ -360,11 +364,10 @@ class Sandbox:
             return [], False
         child = self._child
         assert child is not None
-        if len(run.chunk) > 1 and not self._received(child):
-            return run.chunk, True
         prepared = self._prepare_step(child, run)
-        if prepared is None:  # the child is gone: the unanswered items go again
-            return run.unanswered(), False
+        if prepared is None:  # the child is gone: the unanswered items go again,
+            # one by one if the chunk failed as a whole
+            return run.unanswered(), len(run.unanswered()) == len(run.chunk) > 1
         wanted = self._select(run, prepared, select)
         indexes = [index for index, _position, _prep, _s in wanted]
         try:  # to this child: a fresh one would not hold the prepared items
@@ -382,28 +385,46 @@ class Sandbox:
         self, child: ChildProcess, run: _ChunkRun
     ) -> list[tuple[int, int, ItemPrep, float]] | None:
         """(index in chunk, position, prep, seconds) per prepared item; None if the
-        child had to go (the item it failed on has its failure verdict)."""
-        prepared: list[tuple[int, int, ItemPrep, float]] = []
-        previous = time.perf_counter()
-        for index, position in enumerate(run.chunk):
-            outcome, reply = self._await_reply(child, self._timeout_s)
-            now = time.perf_counter()
-            duration_s, previous = now - previous, now
-            if outcome is not _Outcome.REPLY:
+        child had to go (a lone item that failed has its failure verdict).
+
+        Preparing is bounded string work (no SymPy), so the child answers for the
+        whole chunk in one frame, under one item deadline: one wake-up here per
+        chunk, not per item. Should a chunk's preparing fail anyway, no item can be
+        blamed; the caller sends its items again one by one, each then with a
+        deadline of its own.
+        """
+        started = time.perf_counter()
+        outcome, reply = self._await_reply(child, self._timeout_s)
+        duration_s = time.perf_counter() - started
+        entries = reply.get("p") if isinstance(reply, dict) else None
+        if outcome is not _Outcome.REPLY or not isinstance(entries, list):
+            if outcome is _Outcome.REPLY:
+                status, reason, restart = (
+                    Status.ERROR,
+                    "malformed sandbox reply",
+                    "crash",
+                )
+            else:
                 status, reason, restart = self._failed(child, outcome)
-                self._replace_child(restart)
-                run.fail(position, status, reason, duration_s)
-                return None
+            self._replace_child(restart)
+            if len(run.chunk) == 1:
+                run.fail(run.chunk[0], status, reason, duration_s)
+            return None
+        each_s = duration_s / len(run.chunk)
+        prepared: list[tuple[int, int, ItemPrep, float]] = []
+        for index, position in enumerate(run.chunk):
+            entry = entries[index] if index < len(entries) else None
             child.items_done += 1
-            prep = _prep_or_none(reply)
+            prep = _prep_or_none(entry)
             if prep is not None:
-                prepared.append((index, position, prep, duration_s))
+                prepared.append((index, position, prep, each_s))
                 continue
-            if isinstance(reply, dict) and "exc" in reply:  # the child stays
-                reason = f"grader raised {reply['exc']}"
-                run.fail(position, Status.ERROR, reason, duration_s)
+            if isinstance(entry, dict) and "exc" in entry:  # the child stays
+                run.fail(
+                    position, Status.ERROR, f"grader raised {entry['exc']}", each_s
+                )
                 continue
-            self._lost_on_reply(run, position, reply, duration_s)
+            self._lost_on_reply(run, position, entry, each_s)
             return None
         return prepared
 
@@ -436,11 +457,13 @@ class Sandbox:
     ) -> bool:
         """Collect the verdicts of `wanted`; False if the child had to go first."""
         previous = time.perf_counter()
-        for _index, position, prep, prepare_s in wanted:
+        last = len(wanted) - 1
+        for k, (_index, position, prep, prepare_s) in enumerate(wanted):
             # A full deadline for the decision: preparing is bounded string work, and
             # a fresh child's first items (page faults over the warm heap) must not
-            # eat into the time an innocent item gets to be decided.
-            outcome, reply = self._await_reply(child, self._timeout_s)
+            # eat into the time an innocent item gets to be decided. The last answer
+            # ends the chunk: it is taken the moment it comes.
+            outcome, reply = self._await_reply(child, self._timeout_s, gather=k < last)
             now = time.perf_counter()
             duration_s, previous = prepare_s + now - previous, now
             if outcome is not _Outcome.REPLY:
@@ -471,21 +494,19 @@ class Sandbox:
         else:
             run.fail(position, Status.ERROR, "malformed sandbox reply", duration_s)
 
-    def _received(self, child: ChildProcess) -> bool:
-        outcome, reply = self._await_reply(child, self._timeout_s)
-        if outcome is _Outcome.REPLY and isinstance(reply, dict) and "ack" in reply:
-            return True
-        if outcome is _Outcome.REPLY:
-            self._replace_child("crash")
-        else:
-            _status, _reason, restart = self._failed(child, outcome)
-            self._replace_child(restart)
-        return False
-
     def _await_reply(
-        self, child: ChildProcess, timeout_s: float
+        self, child: ChildProcess, timeout_s: float, *, gather: bool = False
     ) -> tuple[_Outcome, Any]:
+        """The child's next reply, or why none came within `timeout_s`.
+
+        With `gather`, when no reply is buffered yet, first nap `_GATHER_S` and take
+        what arrived meanwhile without blocking: the child writes each answer the
+        moment it has it (so a kill still blames the right item), and a fast child's
+        answers then cost this process one wake-up and one read for several, not
+        one each (issue 11: pipe wake-ups were most of a pool worker's CPU).
+        """
         deadline = time.monotonic() + timeout_s
+        napped = not gather
         while True:
             try:
                 reply = child.buffer.pop()
@@ -496,12 +517,17 @@ class Sandbox:
             remaining_ms = (deadline - time.monotonic()) * 1000.0
             if remaining_ms <= 0:
                 return _Outcome.TIMEOUT, None
-            if child.poller.poll(min(remaining_ms, self._poll_ms)):
+            wait_ms = min(remaining_ms, self._poll_ms)
+            if not napped:
+                napped = True
+                time.sleep(_GATHER_S)
+                wait_ms = 0.0
+            if child.poller.poll(wait_ms):
                 data = os.read(child.resp_fd, _READ_CHUNK_BYTES)
                 if not data:
                     return _Outcome.DIED, None
                 child.buffer.feed(data)
-            elif child.rss_bytes() > child.rss_cap_bytes:
+            elif wait_ms and child.rss_bytes() > child.rss_cap_bytes:
                 return _Outcome.MEMORY, None
 
     def _failed(

@@ -76,8 +76,9 @@ def _child_decide(
 def _child_loop(
     req_fd: int, resp_fd: int, grade_fn: GradeFn | None, as_bytes: int
 ) -> int:
-    """Serve chunks in two steps: prepare every item (one reply each, with its
-    decision key), then decide the items the parent asks for (one reply each).
+    """Serve chunks in two steps: prepare every item (one reply for the chunk, an
+    entry per item with its decision key), then decide the items the parent asks
+    for (one reply each: deciding is where an item may hang).
 
     The parent looks the keys up in its cache between the two steps, so no item is
     extracted twice and a cached or duplicate answer is never decided again.
@@ -89,13 +90,13 @@ def _child_loop(
         while (request := read_frame(req_fd)) is not None:
             options = GradeOptions.from_dict(request["o"])
             items = request["items"]
-            if len(items) > 1:  # received: deaths from here are an item's
-                write_frame(resp_fd, {"ack": len(items)})
             prepared: list[verifier.Prepared | None] = []
+            replies: list[dict[str, Any]] = []
             for response, gold in items:
                 prep, reply = _child_prepare(response, gold, options)
                 prepared.append(prep)
-                write_frame(resp_fd, reply)
+                replies.append(reply)
+            write_frame(resp_fd, {"p": replies})  # one frame: preparing is bounded
             wanted = read_frame(req_fd)
             if wanted is None:
                 return 0

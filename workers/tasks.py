@@ -19,7 +19,6 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from workers.batch import GradeItem
 from workers.bookkeeping import BatchProgress, Heartbeat, ResultSlot
-from workers.connections import OUTLAST_REFUSALS
 from workers.contract import (
     GRADE_BATCH,
     MAX_PAYLOAD_BYTES,
@@ -39,6 +38,7 @@ from workers.protocol import (
     result_json,
     task_meta_key,
 )
+from workers.refusals import OUTLAST_REFUSALS
 from workers.runtime import WorkerRuntime, get_runtime
 from workers.sizing import FIRST_CHUNK_ITEMS, next_chunk_items
 from workers.verdicts import failure_verdict, poison_verdict

@@ -235,10 +235,30 @@ def table(work: Path, n: int, rounds: int, fleet: Fleet | None) -> None:
     cold_s, hit_s = seconds[cold_name], seconds[hit_name]
     hit_vs_cold = [c / h for c, h in zip(cold_s, hit_s, strict=True)]
     cold_vs_off = [o / c for o, c in zip(seconds[nocache_name], cold_s, strict=True)]
+    _cache_size(cache_dir, n)
     print(
         f"\ncache on, cold / cache off throughput: "
         f"{statistics.median(cold_vs_off):.2f} (target >= 1.0); "
         f"re-grade / cold: {statistics.median(hit_vs_cold):.2f} (target >= 3)"
+    )
+
+
+def _cache_size(cache_dir: Path, n: int) -> None:
+    """What the cache holds after the runs: rows by layer, and file bytes."""
+    import sqlite3
+
+    path = cache_dir / "cache.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    rows = conn.execute("SELECT value FROM results").fetchall()
+    conn.close()
+    # An exact-response row holds the whole verdict, `extraction_method` included.
+    exact = sum('"extraction_method"' in value for (value,) in rows)
+    size = path.stat().st_size
+    print(
+        f"\ncache file after the runs: {len(rows):,} rows ({exact:,} exact-response, "
+        f"{len(rows) - exact:,} answer), {size / 2**20:.1f} MiB: "
+        f"{size / max(len(rows), 1):.0f} bytes a row, {size / n:.0f} a rollout"
     )
 
 
@@ -333,8 +353,10 @@ def _steps(src: Path, n: int) -> None:
     from workers import verifier
     from workers.cache import SqliteResultCache, cache_entry, cache_keyer
     from workers.childproc import FrameBuffer, encode_frame
+    from workers.exact_cache import ExactLayer
     from workers.models import GradeOptions, Verdict
     from workers.sandbox import warm_up_verifier
+    from workers.sizing import CACHE_WRITE_BEHIND_ROWS
 
     warm_up_verifier()
     lines = src.read_bytes().splitlines(keepends=True)[:n]
@@ -359,7 +381,8 @@ def _steps(src: Path, n: int) -> None:
 
     def frames_round_trip() -> None:
         # What one rollout crosses: CLI -> pool worker (a batch), pool worker ->
-        # child (a chunk), child -> pool worker (prep, verdict), pool worker -> CLI.
+        # child (a chunk), child -> pool worker (the chunk's preps in one frame, a
+        # verdict per item), pool worker -> CLI.
         buffer = FrameBuffer()
         for start in range(0, len(rows), 64):
             batch = rows[start : start + 64]
@@ -368,11 +391,13 @@ def _steps(src: Path, n: int) -> None:
             buffer.pop()
             buffer.feed(encode_frame({"o": {}, "items": [w[1:] for w in wire]}))
             buffer.pop()
+            prep_replies = [
+                {"k": p.decision_key, "x": p.extracted} for p in preps[start:][:64]
+            ]
+            buffer.feed(encode_frame({"p": prep_replies}))
+            buffer.pop()
             replies = []
             for k, _row in enumerate(batch):
-                prep = preps[start + k]
-                buffer.feed(encode_frame({"k": prep.decision_key, "x": prep.extracted}))
-                buffer.pop()
                 buffer.feed(encode_frame({"v": verdicts[start + k].to_dict()}))
                 replies.append(Verdict.from_dict(buffer.pop()["v"]))
             buffer.feed(encode_frame([[k, v.to_dict()] for k, v in enumerate(replies)]))
@@ -380,7 +405,13 @@ def _steps(src: Path, n: int) -> None:
                 Verdict.from_dict(verdict)
 
     with tempfile.TemporaryDirectory() as tmp:
-        cache = SqliteResultCache(Path(tmp) / "c.sqlite")
+        cache = SqliteResultCache(
+            Path(tmp) / "c.sqlite", write_behind_rows=CACHE_WRITE_BEHIND_ROWS
+        )
+        exact = ExactLayer(cache, verifier.GRADER_VERSION)
+        pairs_in = [(r.response, r.gold) for r in rows]
+        exact.store(pairs_in, verdicts, options)
+        cache.flush()
         keys = [key_of(p.decision_key) for p in preps if p.decision_key]
         entries = {
             k: cache_entry(v)
@@ -409,6 +440,10 @@ def _steps(src: Path, n: int) -> None:
                 lambda: [key_of(p.decision_key or "") for p in preps],
             ),
             ("cache (SQLite lookup + store, 64 per batch)", cache_round),
+            (
+                "exact-response lookup (hash + SQLite + verdict, a re-grade's)",
+                lambda: exact.lookup(pairs_in, options),
+            ),
             ("IPC (every frame one rollout crosses, orjson)", frames_round_trip),
             (
                 "write (graded_record + dump_line)",

@@ -3,6 +3,14 @@ verl adapter vs the same rollouts as one batch (same run, same 2-worker fleet, r
 outputs, result cache flushed before every timed round).
 
     python tests/bench/bench_serve.py [--rollouts 2048] [--rounds 2]
+        [--http-connections 256]
+
+HTTP callers are load-generated as trainers call a reward URL: one aiohttp
+`ClientSession` (verl's reward loop and OpenRLHF's async path use aiohttp) whose
+bounded pool of keep-alive connections carries all the concurrent calls; the
+client's CPU shares the same cores as the service and the workers. Half load is an
+open-loop arrival rate (calls start on schedule, not when answers come back) at half
+of the rate that path sustained under the full concurrent load.
 
 Prints every figure with its target; nothing here asserts.
 """
@@ -11,17 +19,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 from bench_fleet import Bench
 from fleet_procs import real_rollouts
@@ -29,7 +40,7 @@ from fleet_procs import real_rollouts
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from producer.adapters import verl
 from producer.grading import CoalescingGrader, close_graders, grader_for
-from tests.serve_procs import post_json, post_json_many, start_serve
+from tests.serve_procs import ServeProcess, start_serve
 from workers.models import Rollout
 
 
@@ -90,6 +101,31 @@ async def open_loop(
     return latencies
 
 
+@contextlib.asynccontextmanager
+async def http_caller(
+    url: str, connections: int
+) -> AsyncIterator[Callable[[Sequence[Rollout]], Awaitable[object]]]:
+    """Grades rollouts with one POST to /v1/grade over a pooled aiohttp session (at
+    most `connections` keep-alive sockets; other calls wait for one, as in a
+    trainer's session), encoding the request and parsing the reply as a caller
+    would."""
+    connector = aiohttp.TCPConnector(limit=connections)
+    timeout = aiohttp.ClientTimeout(total=300)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def post(chunk: Sequence[Rollout]) -> object:
+            items = [{"response": r.response, "gold": r.gold} for r in chunk]
+            body = json.dumps({"items": items})
+            async with session.post(url + "/v1/grade", data=body, headers=headers) as r:
+                payload = await r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}: {payload[:200]!r}")
+                return json.loads(payload)["results"]
+
+        yield post
+
+
 def report(name: str, n: int, wall_s: float, lat: list[float], base_rps: float) -> None:
     rps = n / wall_s
     print(
@@ -115,6 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--half-load-s", type=float, default=3.0)
+    parser.add_argument(
+        "--http-connections",
+        type=int,
+        default=256,
+        help="keep-alive connections in the HTTP callers' pool",
+    )
     args = parser.parse_args(argv)
     rollouts = real_rollouts()[: args.rollouts]
     n = len(rollouts)
@@ -123,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = start_serve(Path(tmp), broker=bench.redis.url)
         os.environ["GRADEFLEET_URL"] = bench.redis.url
         try:
-            run(bench, server.url, rollouts, n, args)
+            run(bench, server, rollouts, n, args)
         finally:
             server.stop()
             bench.close()
@@ -131,12 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(  # noqa: C901 (one straight script of sections)
-    bench: Bench, url: str, rollouts: list[Rollout], n: int, args: Any
+    bench: Bench, server: ServeProcess, rollouts: list[Rollout], n: int, args: Any
 ) -> None:
-    bodies = [
-        json.dumps({"items": [{"response": r.response, "gold": r.gold}]}).encode()
-        for r in rollouts
-    ]
+    url = server.url
+    http_cpu_s: list[tuple[float, float]] = []  # (service, this process) per round
     batch_s: list[float] = []
     results: dict[str, list[tuple[float, list[float]]]] = {}
     sizes: dict[str, Counter[int]] = {}
@@ -162,13 +202,17 @@ def run(  # noqa: C901 (one straight script of sections)
         return out
 
     async def via_http() -> tuple[float, list[float]]:
-        started = time.perf_counter()
-        replies = await post_json_many(url, "/v1/grade", bodies)
-        wall = time.perf_counter() - started
-        assert {status for status, _, _ in replies} == {200}
-        return wall, [seconds for _, _, seconds in replies]
+        service_s, own_s = process_cpu_s(server.proc.pid), own_cpu_s()
+        async with http_caller(url, args.http_connections) as post:
+            out = await concurrent(lambda r: post([r]), rollouts)
+        service_s = process_cpu_s(server.proc.pid) - service_s
+        http_cpu_s.append((service_s, own_cpu_s() - own_s))
+        return out
 
-    print(f"== {n} concurrent single-rollout calls vs one batch (2 workers)")
+    print(
+        f"== {n} concurrent single-rollout calls vs one batch (2 workers; HTTP: "
+        f"aiohttp session, {args.http_connections} keep-alive connections)"
+    )
     for _ in range(args.rounds):
         bench.flush_cache()
         batch_s.append(timed_batch(bench, rollouts))
@@ -184,34 +228,47 @@ def run(  # noqa: C901 (one straight script of sections)
     for name, rounds in results.items():
         wall, lat = sorted(rounds)[len(rounds) // 2]
         report(name, n, wall, lat, base_rps)
+    service_s, client_s = http_cpu_s[-1]
+    print(
+        f"  HTTP CPU per rollout (last round): service {service_s / n * 1e6:.0f} us, "
+        f"load generator {client_s / n * 1e6:.0f} us (same cores as the workers)"
+    )
     print("  coalesced batch sizes (last round):")
     for name, counter in sizes.items():
         print(f"    {name:<20} {sizes_line(counter)}")
     print(f"    {'HTTP (service)':<20} {http_batch_sizes(url)}")
 
-    rate = base_rps / 2
-    count = max(200, int(rate * args.half_load_s))
-    sample = (rollouts * (count // n + 1))[:count]
-    print(f"== half load: {rate:.0f} calls/s open loop for {count / rate:.1f} s")
+    def half_rate(name: str) -> float:
+        wall, _ = sorted(results[name])[len(results[name]) // 2]
+        return n / wall / 2
+
+    def sample_for(rate: float) -> list[Rollout]:
+        count = max(200, int(rate * args.half_load_s))
+        return (rollouts * (count // n + 1))[:count]
+
+    print(
+        "== half load: open loop, one call every 1/rate s, rate = half of what that "
+        f"path sustained above (batch/2 = {base_rps / 2:.0f}/s for reference)"
+    )
 
     async def half_client() -> None:
+        rate = half_rate("async client (coalescing)")
         async with CoalescingGrader(bench.redis.url) as grader:
-            lat = await open_loop(lambda r: grader.grade([r]), sample, rate)
+            lat = await open_loop(lambda r: grader.grade([r]), sample_for(rate), rate)
             print(
-                f"  async client: p50 {pct(lat, 0.5) * 1000:.1f} ms (target < 50 ms) "
-                f"p99 {pct(lat, 0.99) * 1000:.1f} ms; batches "
+                f"  async client at {rate:.0f}/s: p50 {pct(lat, 0.5) * 1000:.1f} ms "
+                f"(target < 50 ms) p99 {pct(lat, 0.99) * 1000:.1f} ms; batches "
                 f"{sizes_line(grader.coalescer.batch_sizes)}"
             )
 
     async def half_http() -> None:
-        def one(r: Rollout) -> Awaitable[object]:
-            body = {"items": [{"response": r.response, "gold": r.gold}]}
-            return post_json(url, "/v1/grade", json.dumps(body).encode())
-
-        lat = await open_loop(one, sample, rate)
+        rate = half_rate("HTTP /v1/grade, 1 item each")
+        sample = sample_for(rate)
+        async with http_caller(url, args.http_connections) as post:
+            lat = await open_loop(lambda r: post([r]), sample, rate)
         print(
-            f"  HTTP: p50 {pct(lat, 0.5) * 1000:.1f} ms (target < 50 ms) "
-            f"p99 {pct(lat, 0.99) * 1000:.1f} ms"
+            f"  HTTP at {rate:.0f}/s: p50 {pct(lat, 0.5) * 1000:.1f} ms "
+            f"(target < 50 ms) p99 {pct(lat, 0.99) * 1000:.1f} ms"
         )
 
     bench.flush_cache()
@@ -237,6 +294,17 @@ def run(  # noqa: C901 (one straight script of sections)
         f"{statistics.median(client_s) * 1000:.0f} ms: HTTP at {ratio:.2f}x the "
         "client's speed (target >= 0.9x)"
     )
+
+
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of process `pid` so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def timed_batch(bench: Bench, rollouts: Sequence[Rollout]) -> float:

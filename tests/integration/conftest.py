@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +109,10 @@ class WorkerFactory:
         item_timeout_s: float = 1.0,
         extra_env: dict[str, str] | None = None,
         wait: bool = True,
+        argv_prefix: Sequence[str] = (),
     ) -> WorkerProcess:
+        """Start a worker node; `argv_prefix` wraps its command (e.g. `ip netns exec
+        NAME`, to run it in another network namespace)."""
         name = f"w{len(self.started)}-{uuid.uuid4().hex[:6]}@localhost"
         hooks = str(REPO_ROOT / "tests" / "hooks.py")
         env = {**os.environ, "GRADEFLEET_TEST_HOOKS": hooks, **(extra_env or {})}
@@ -117,7 +120,8 @@ class WorkerFactory:
             filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
         )
         log_path = self._log_dir / f"{name.split('@')[0]}.log"
-        args = [sys.executable, "-m", "workers", "--broker", self.redis_url]
+        args = [*argv_prefix, sys.executable, "-m", "workers"]
+        args += ["--broker", self.redis_url]
         args += [
             "--concurrency",
             str(concurrency),

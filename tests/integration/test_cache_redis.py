@@ -9,9 +9,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from workers.cache import RedisResultCache
 from workers.errors import CacheError
 from workers.protocol import result_key
+from workers.redis_cache import RedisResultCache
 
 pytestmark = pytest.mark.integration
 

@@ -11,15 +11,19 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from click.testing import CliRunner
 
 from producer.cli import cli
 from producer.client import GradingClient
+from producer.errors import DeadlinePassedError
 from producer.grading import CoalescingGrader
+from producer.http_client import HttpGrader
 from tests.helpers import qwen_groups
 from tests.hooks import HANG
 from tests.serve_procs import ServeProcess, post_json_many, start_serve
-from workers.models import Verdict
+from workers.lanes import BULK, INTERACTIVE, queue_for
+from workers.models import GradeOptions, Verdict
 
 pytestmark = pytest.mark.integration
 
@@ -119,6 +123,17 @@ def test_unknown_fields_and_bad_options_are_refused(service: ServeProcess) -> No
     assert httpx.post(url, json={"items": one}, headers=bad_header).status_code == 400
 
 
+def test_a_body_not_labelled_json_is_refused(service: ServeProcess) -> None:
+    # A browser page may POST text/plain cross-site without a preflight.
+    body = json.dumps({"items": [{"response": "1", "gold": "1"}]}).encode()
+    url = service.url + "/v1/grade"
+    for refused in ("text/plain", "application/x-www-form-urlencoded"):
+        reply = httpx.post(url, content=body, headers={"Content-Type": refused})
+        assert reply.status_code == 422, refused
+    labelled = {"Content-Type": "application/json; charset=utf-8"}
+    assert httpx.post(url, content=body, headers=labelled).status_code == 200
+
+
 def test_failed_items_are_verdicts_and_the_deadline_answers_in_time(
     service: ServeProcess,
 ) -> None:
@@ -213,6 +228,70 @@ def test_health_ready_metrics_and_openapi(service: ServeProcess) -> None:
     assert "gradefleet_http_requests_in_flight" in text
     assert "gradefleet_coalesced_batch_size_count" in text
     assert "gradefleet_queue_depth" in text
+
+
+def test_priority_option_picks_the_fleet_lane(
+    start_redis_server, tmp_path: Path
+) -> None:
+    # Given a fleet with no worker: whatever the service publishes stays queued (and
+    # each job keeps its batch slot, so there are slots for the four below).
+    lonely = start_redis_server()
+    queues = redis.Redis.from_url(lonely)
+    server = start_serve(
+        tmp_path, broker=lonely, args=["--coalesce-max-in-flight", "4"]
+    )
+    one = [{"response": r"\boxed{1}", "gold": "1"}]
+    short = {"X-Gradefleet-Deadline-S": "0.3"}
+    try:
+        # When a request asks for the bulk lane, then for the default one,
+        for options in ({"priority": "bulk"}, {}):
+            body = {"items": one, "options": options}
+            reply = httpx.post(server.url + "/v1/grade", json=body, headers=short)
+            assert reply.json()["results"][0]["status"] == "timeout"
+        # then each lane holds one batch.
+        assert queues.llen(queue_for(BULK)) == 1
+        assert queues.llen(queue_for(INTERACTIVE)) == 1
+        # And the seam's HTTP grader sends its lane along.
+        with (
+            HttpGrader(server.url, GradeOptions(), priority=BULK) as grader,
+            pytest.raises(DeadlinePassedError),
+        ):
+            grader.grade([{"response": "2", "gold": "2"}], deadline_s=0.3)
+        assert queues.llen(queue_for(BULK)) == 2
+
+        # And so does the async client's HTTP backend.
+        async def bulk_call() -> list[Verdict]:
+            async with CoalescingGrader(server.url) as grader:
+                rollout = {"response": "3", "gold": "3"}
+                return await grader.grade([rollout], lane=BULK, deadline_s=0.3)
+
+        assert asyncio.run(bulk_call())[0].status.value == "timeout"
+        assert queues.llen(queue_for(BULK)) == 3
+        assert queues.llen(queue_for(INTERACTIVE)) == 1
+    finally:
+        server.stop()
+        queues.close()
+
+
+def test_embedded_serve_takes_the_embedded_options_of_grade(tmp_path: Path) -> None:
+    # Given serve without a broker, with `grade`'s embedded flags and one env var
+    server = start_serve(
+        tmp_path,
+        args=["--processes", "1", "--item-memory-mb", "96", "--item-timeout-s", "2"],
+        env={"GRADEFLEET_NO_CACHE": "1"},
+    )
+    try:
+        # Then its pool runs with those limits and no cache, and grades.
+        ready = httpx.get(server.url + "/readyz", timeout=30)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["detail"] == (
+            "embedded pool of 1 processes; per item 2 s and 96 MiB; cache off"
+        )
+        one = {"items": [{"response": r"\boxed{4}", "gold": "4"}]}
+        reply = httpx.post(server.url + "/v1/grade", json=one, timeout=60)
+        assert reply.json()["results"][0]["status"] == "correct"
+    finally:
+        server.stop()
 
 
 def test_readyz_fails_without_workers(start_redis_server, tmp_path: Path) -> None:

@@ -17,9 +17,10 @@ from redis.retry import Retry
 from tests.helpers import QWEN_FILE
 from workers import verifier
 from workers.batch import BatchGrader, GradeItem
-from workers.cache import RedisResultCache, SqliteResultCache
+from workers.cache import SqliteResultCache
 from workers.errors import CacheError
 from workers.models import GradeOptions, Status, Verdict
+from workers.redis_cache import RedisResultCache
 from workers.sandbox import Sandbox
 
 OPTIONS = GradeOptions()

@@ -22,6 +22,7 @@ from producer.batching import (
     dump_line,
     graded_record,
     parse_line,
+    parse_record,
     read_rows,
 )
 from workers.contract import MAX_TEXT_CHARS
@@ -274,3 +275,20 @@ def test_batching_dump_line_reads_back_as_the_stdlib_writes_it(
     want = json.loads(json.dumps(record, ensure_ascii=False))
     got = json.loads(line)
     assert repr(got) == repr(want)  # NaN == NaN only through repr
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"id": 123456789012345678901234567890, "response": "x", "gold": "1"}',
+        b'{"id": -9223372036854775809, "n": 18446744073709551616}',
+        b'{"score": NaN, "big": 1e400, "small": -Infinity}',
+        b'{"response": "\\ud800 lone", "gold": "\\udfff"}',
+        b'{"a": 1, "a": 2, "f": 1.1000000000000001, "z": -0.0}',
+        '{"response": "caf\u00e9 \U0001f600", "gold": "1"}'.encode(),
+    ],
+)
+def test_batching_parse_record_reads_every_line_as_the_stdlib(raw: bytes) -> None:
+    # The fast reader (orjson) must never change a value the stdlib reads.
+    record = parse_record(raw, 2)
+    assert repr(record) == repr(json.loads(raw.decode()))

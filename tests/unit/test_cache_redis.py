@@ -14,9 +14,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from workers.cache import _REDIS_SCRIPT_CHUNK, RedisResultCache
 from workers.errors import CacheError
 from workers.protocol import result_key
+from workers.redis_cache import _REDIS_SCRIPT_CHUNK, RedisResultCache
 
 ENTRY = {
     "status": "wrong",

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from producer.coalesce import Coalescer, OverloadedError
+from workers.lanes import BULK, INTERACTIVE, Lane
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 
 OPTIONS = GradeOptions()
@@ -29,14 +30,16 @@ class Recorder:
 
     def __init__(self) -> None:
         self.batches: list[list[tuple[str, str]]] = []
+        self.lanes: list[Lane] = []
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail = False
 
     async def __call__(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> list[Verdict]:
         self.batches.append(pairs)
+        self.lanes.append(lane)
         await self.gate.wait()
         if self.fail:
             raise ConnectionError("broker went away")
@@ -167,3 +170,19 @@ def test_options_never_share_a_batch() -> None:
         return recorder
 
     assert sorted(len(b) for b in asyncio.run(run()).batches) == [1, 1]
+
+
+def test_lanes_never_share_a_batch_and_reach_the_backend() -> None:
+    async def run() -> Recorder:
+        recorder = Recorder()
+        coalescer = Coalescer(recorder, max_delay_s=0.005)
+        await asyncio.gather(
+            coalescer.grade([("1", "1")], OPTIONS),
+            coalescer.grade([("2", "2")], OPTIONS, lane=BULK),
+            coalescer.grade([("3", "3")], OPTIONS, lane=BULK),
+        )
+        return recorder
+
+    recorder = asyncio.run(run())
+    batches = sorted(zip(recorder.lanes, recorder.batches, strict=True))
+    assert batches == [(BULK, [("2", "2"), ("3", "3")]), (INTERACTIVE, [("1", "1")])]

@@ -1,0 +1,305 @@
+"""The hot path of `POST /v1/grade`: a well-formed request graded without FastAPI.
+
+Reward hooks send one rollout per request, thousands at once, so the service's own
+cost per request is what limits them (tests/bench/bench_serve.py). FastAPI's
+routing, dependency solving and pydantic validation cost several times the grading
+of a cached item; here a request is parsed once with orjson, checked against the
+same rules as `producer.schemas.GradeRequest` (the CLI's field rules through
+`pick_row`, the options through `OptionsIn`) and answered with orjson bytes.
+
+Anything this path does not accept as plainly valid (bad JSON, an unknown field, a
+wrong type, a bad deadline header) is handed to the FastAPI route unchanged, body
+included, so every error is the documented 4xx that route gives, word for word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from pydantic import ValidationError
+
+from producer.adapters.reward import RewardConfig
+from producer.coalesce import OverloadedError
+from producer.schemas import ITEM_FIELD_TYPES, MAX_ITEMS, OptionsIn, pick_row
+from workers.lanes import INTERACTIVE, Lane
+from workers.models import GradeOptions, Verdict
+
+__all__ = [
+    "DEADLINE_HEADER",
+    "GRADE_PATH",
+    "FastGrade",
+    "GradeCall",
+    "encode_results",
+    "header_deadline_s",
+    "overloaded_headers",
+    "parse_grade_body",
+    "unless_disconnected",
+]
+
+GRADE_PATH: Final = "/v1/grade"
+DEADLINE_HEADER: Final = "X-Gradefleet-Deadline-S"
+_DEADLINE_HEADER_RAW: Final = DEADLINE_HEADER.lower().encode()
+_TOP_FIELDS: Final = frozenset({"items", "options", "deadline_s"})
+_MAX_DEADLINE_S: Final = 86_400.0
+_JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+GradeFn = Callable[["GradeCall", float | None], Awaitable[list[Verdict]]]
+
+
+@dataclass(frozen=True, slots=True)
+class GradeCall:
+    """A validated `/v1/grade` request."""
+
+    pairs: list[tuple[str, str]]
+    options: GradeOptions
+    lane: Lane
+    deadline_s: float | None
+
+
+def _fast_pair(item: object) -> tuple[str, str] | None:
+    """The item's pair when its declared fields have their JSON types and the CLI's
+    rules accept it (then `RolloutIn` accepts it too); None otherwise."""
+    if type(item) is not dict:
+        return None
+    for name, kinds in ITEM_FIELD_TYPES.items():
+        value = item.get(name)
+        if value is not None and type(value) not in kinds:
+            return None
+    try:
+        row = pick_row(item)
+    except ValueError:
+        return None
+    return row.response, row.gold
+
+
+def _fast_options(value: object) -> tuple[GradeOptions, Lane] | None:
+    if value is None:
+        return GradeOptions(), INTERACTIVE
+    try:
+        options = OptionsIn.model_validate(value)
+    except ValidationError:
+        return None
+    return options.to_options(), options.priority
+
+
+def parse_grade_body(body: bytes) -> GradeCall | None:
+    """`body` as a GradeCall when it is plainly valid; None: let the FastAPI route
+    validate it (and name the error)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:  # also NaN, lone surrogates, huge integers
+        return None
+    if type(data) is not dict or not data.keys() <= _TOP_FIELDS:
+        return None
+    items = data.get("items")
+    if type(items) is not list or len(items) > MAX_ITEMS:
+        return None
+    deadline_s = data.get("deadline_s")
+    if deadline_s is not None and (
+        type(deadline_s) not in (int, float) or not 0 < deadline_s <= _MAX_DEADLINE_S
+    ):
+        return None
+    chosen = _fast_options(data.get("options"))
+    if chosen is None:
+        return None
+    pairs = []
+    for item in items:
+        pair = _fast_pair(item)
+        if pair is None:
+            return None
+        pairs.append(pair)
+    deadline = None if deadline_s is None else float(deadline_s)
+    return GradeCall(pairs, chosen[0], chosen[1], deadline)
+
+
+class BadHeaderError(Exception):
+    """A request header the service cannot use (answered with 400)."""
+
+
+def header_deadline_s(value: bytes | str | None) -> float | None:
+    """The deadline header's seconds (None when absent).
+
+    Raises:
+        BadHeaderError: not a number of seconds in (0, 86400].
+    """
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= _MAX_DEADLINE_S:  # also refuses nan
+        raise BadHeaderError(f"{DEADLINE_HEADER} must be a number of seconds > 0")
+    return seconds
+
+
+def encode_results(
+    verdicts: Sequence[Verdict], reward: RewardConfig, grader_version: str
+) -> bytes:
+    """The `/v1/grade` reply (`GradeResponse`'s shape) as JSON bytes."""
+    results = []
+    for verdict in verdicts:
+        result = verdict.to_dict()
+        result["score"] = reward.score(verdict)
+        results.append(result)
+    return orjson.dumps({"results": results, "grader_version": grader_version})
+
+
+def overloaded_headers(exc: OverloadedError) -> dict[str, str]:
+    """The headers of a 503 for a full backlog (OpenRLHF and verl retry on it)."""
+    return {"Retry-After": f"{max(1, round(exc.retry_after_s))}"}
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    """Returns when the client goes away (the body has been read already)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(
+    receive: Receive, work: Awaitable[list[Verdict]]
+) -> list[Verdict] | None:
+    """`work`'s verdicts, or None (work cancelled) if the client left first."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnect(receive))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        if not task.done():
+            task.cancel()  # the client left (or we are cancelled): stop waiting
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return None
+    return task.result()
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None if the client left while sending it."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class FastGrade:
+    """ASGI layer: `POST /v1/grade` with a plainly valid body is graded here; every
+    other request (and every doubtful body, replayed) goes to `app`.
+
+    Args:
+        app: the FastAPI application (documents the route and answers its errors).
+        grade: grades a call, given the deadline header's seconds (or None).
+        reward: the reward mapping for `score`.
+        grader_version: the version string of the last verdicts.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        grade: GradeFn,
+        reward: RewardConfig,
+        grader_version: Callable[[], str],
+    ) -> None:
+        self.app = app
+        self._grade = grade
+        self._reward = reward
+        self._grader_version = grader_version
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"] != GRADE_PATH
+            or scope["method"] != "POST"
+        ):
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        if body is None:
+            return  # the client is gone: nobody to answer
+        header, json_body = None, False
+        for name, value in scope["headers"]:
+            if name == _DEADLINE_HEADER_RAW:
+                header = value
+            elif name == b"content-type":
+                json_body = _is_json(value)
+        # FastAPI refuses a body not labelled JSON (a browser page cannot send JSON
+        # cross-site without a preflight); the route gives that 422 too.
+        call = parse_grade_body(body) if json_body else None
+        try:
+            header_s = header_deadline_s(header)
+        except BadHeaderError:
+            call = None
+        if call is None:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        try:
+            verdicts = await unless_disconnected(receive, self._grade(call, header_s))
+        except OverloadedError as exc:
+            detail = orjson.dumps({"detail": str(exc)})
+            await _send(send, 503, detail, overloaded_headers(exc))
+            return
+        if verdicts is None:
+            await _send(send, 499, b"")  # nobody reads it; the metrics count it
+            return
+        reply = encode_results(verdicts, self._reward, self._grader_version())
+        await _send(send, 200, reply)
+
+
+async def _send(
+    send: Send, status: int, body: bytes, headers: dict[str, str] | None = None
+) -> None:
+    """A whole JSON response."""
+    extra = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                *_JSON_HEADERS,
+                (b"content-length", str(len(body)).encode()),
+                *extra,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _is_json(content_type: bytes) -> bool:
+    """`application/json` or `application/*+json`, parameters aside (FastAPI's rule)."""
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (
+        media.startswith(b"application/") and media.endswith(b"+json")
+    )
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the already-read body first, then the client's own."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,139 @@
+"""The exact-response layer of the embedded cache: (response, gold) -> whole verdict.
+
+The answer layer (`workers.cache.cache_key`) keys a verdict by what the verifier
+extracted, so every lookup needs a sandbox child to extract first. This layer keys it
+by the raw texts, so a file graded before is answered by the CLI itself: read, hash,
+one bulk lookup per chunk, write; no pool process, no sandbox, no verifier warm-up
+(issue 11: a re-grade at least 3x the cold run).
+
+Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`): one
+more row per distinct (response, gold, options) beside the answer layer's row per
+distinct answer, about 330 bytes of SQLite file each (the per-response fields are
+stored too; a few MB per 10,000 rollouts, within the cache's `max_rows` bound), for
+a re-grade several times faster than one that extracts every response again. Kept
+to the embedded SQLite cache: on a fleet the rows would go to the Redis that also
+carries the broker's queues, and a fleet's producer does not read the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from workers.cache import SqliteResultCache
+from workers.models import TRANSIENT_STATUSES, GradeOptions, Verdict
+
+__all__ = ["ExactLayer", "exact_keyer"]
+
+# Domain separation: no exact key can equal an answer-layer key (whose hashed JSON
+# starts with '{"decision_key":').
+_EXACT_HEAD = b"gradefleet exact v1\x00"
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
+def exact_keyer(
+    grader_version: str, options: GradeOptions
+) -> Callable[[str, str], str]:
+    """(response, gold) -> sha256 hex digest, grader version and options fixed."""
+    head = _EXACT_HEAD + _CANONICAL_JSON.encode(
+        [grader_version, options.to_dict()]
+    ).encode("ascii")
+    sha256 = hashlib.sha256
+
+    def key_of(response: str, gold: str) -> str:
+        # surrogatepass: model text may carry lone surrogates; they must hash.
+        text = response.encode("utf-8", "surrogatepass")
+        digest = sha256(head)
+        digest.update(b"%d\x00" % len(text))  # where the response ends
+        digest.update(text)
+        digest.update(gold.encode("utf-8", "surrogatepass"))
+        return digest.hexdigest()
+
+    return key_of
+
+
+def _stored(verdict: Verdict) -> str:
+    fields = verdict.to_dict()
+    del fields["cached"]
+    try:
+        return orjson.dumps(fields).decode()
+    except TypeError:  # a lone surrogate in `extracted`: the stdlib escapes it
+        return json.dumps(fields)
+
+
+def _verdict(raw: str) -> Verdict | None:
+    """The verdict of a stored value (cached=True); None when malformed or transient."""
+    try:
+        fields: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            fields = json.loads(raw)  # an escaped lone surrogate, as `_stored` wrote it
+        except ValueError:
+            return None
+    if not isinstance(fields, dict):
+        return None
+    fields["cached"] = True
+    try:
+        verdict = Verdict.from_dict(fields)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if verdict.status in TRANSIENT_STATUSES or not verdict.grader_version:
+        return None
+    return verdict
+
+
+class ExactLayer:
+    """Whole verdicts by (response, gold) in a `SqliteResultCache` file (the same
+    table as the answer layer; keys cannot collide, see `_EXACT_HEAD`)."""
+
+    def __init__(self, cache: SqliteResultCache, grader_version: str) -> None:
+        self._cache = cache
+        self._grader_version = grader_version
+        self._keyers: dict[GradeOptions, Callable[[str, str], str]] = {}
+
+    def _key_of(self, options: GradeOptions) -> Callable[[str, str], str]:
+        keyer = self._keyers.get(options)
+        if keyer is None:
+            keyer = self._keyers[options] = exact_keyer(self._grader_version, options)
+        return keyer
+
+    def lookup(
+        self, pairs: Sequence[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict | None]:
+        """The stored verdict of each (response, gold) pair, None where there is none.
+
+        Raises:
+            CacheError: the lookup failed.
+        """
+        key_of = self._key_of(options)
+        keys = [key_of(response, gold) for response, gold in pairs]
+        found = self._cache.get_values(keys)
+        verdicts: list[Verdict | None] = []
+        for key in keys:
+            raw = found.get(key)
+            verdicts.append(None if raw is None else _verdict(raw))
+        return verdicts
+
+    def store(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        verdicts: Sequence[Verdict],
+        options: GradeOptions,
+    ) -> None:
+        """Store the final verdicts (transient ones are left out).
+
+        Raises:
+            CacheError: the store failed.
+        """
+        key_of = self._key_of(options)
+        values = {
+            key_of(response, gold): _stored(verdict)
+            for (response, gold), verdict in zip(pairs, verdicts, strict=True)
+            if verdict.status not in TRANSIENT_STATUSES and verdict.grader_version
+        }
+        if values:
+            self._cache.set_values(values)
