@@ -30,6 +30,7 @@ from producer.errors import ProducerError
 from producer.settings import redact_url
 from workers.lanes import Lane
 from workers.models import GradeOptions, Verdict
+from workers.sizing import COALESCED_BATCH_SIZE
 
 if TYPE_CHECKING:
     import httpx
@@ -187,8 +188,8 @@ class FleetBackend:
 
     Few batches in flight (`max_in_flight`): while they run, new calls pile up and
     leave as one bigger batch, so per-sample callers cost the fleet about what one
-    batched caller costs. Each job is still split into many tasks by the client
-    (`batch_size_for`), so a few jobs keep a large fleet busy.
+    batched caller costs. Each job is split into tasks of `COALESCED_BATCH_SIZE`
+    (a 256-item job: 4), so a larger fleet needs more batches in flight.
 
     Publishing and result bookkeeping (`GradingJob.poll`, which also re-sends lost
     batches) run on the backend's thread; waiting is a `redis.asyncio` BLPOP on the
@@ -202,8 +203,8 @@ class FleetBackend:
     # bench_serve's loads on the shared 2-core machine, 2 slots gave 1.2-1.4x the HTTP
     # rollouts/s of 8 and a third to a half of the half-load p50 (HTTP and the
     # in-process client), the in-process full-load rate within noise. A 256-item job
-    # is 16 tasks, so 2 in flight feed 32 workers; serve a larger fleet with
-    # `--coalesce-max-in-flight`.
+    # is 4 tasks, so 2 in flight feed 8 workers; serve a larger fleet with
+    # `--coalesce-max-in-flight` (and `--coalesce-max-items`).
     max_in_flight = 2
 
     def __init__(
@@ -235,6 +236,7 @@ class FleetBackend:
             # set of values in use is tiny.
             client = GradingClient(
                 self.broker_url,
+                batch_size=COALESCED_BATCH_SIZE,
                 options=options,
                 item_timeout_s=self._item_timeout_s,
                 keyring=self._keyring,

@@ -235,11 +235,15 @@ class FastGrade:
         body = await _read_body(receive)
         if body is None:
             return  # the client is gone: nobody to answer
-        call = parse_grade_body(body)
-        header = None
+        header, json_body = None, False
         for name, value in scope["headers"]:
             if name == _DEADLINE_HEADER_RAW:
                 header = value
+            elif name == b"content-type":
+                json_body = _is_json(value)
+        # FastAPI refuses a body not labelled JSON (a browser page cannot send JSON
+        # cross-site without a preflight); the route gives that 422 too.
+        call = parse_grade_body(body) if json_body else None
         try:
             header_s = header_deadline_s(header)
         except BadHeaderError:
@@ -277,6 +281,14 @@ async def _send(
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _is_json(content_type: bytes) -> bool:
+    """`application/json` or `application/*+json`, parameters aside (FastAPI's rule)."""
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (
+        media.startswith(b"application/") and media.endswith(b"+json")
+    )
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

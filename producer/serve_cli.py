@@ -99,8 +99,8 @@ def is_loopback(host: str) -> bool:
     "--coalesce-max-in-flight",
     type=click.IntRange(min=1),
     help="Batches graded at once; while all run, new requests wait and leave as "
-    "bigger batches [default: 2 on a fleet (raise it for more than 32 "
-    "workers), 1 embedded].",
+    "bigger batches [default: 2 on a fleet, where a 256-item batch is 4 tasks: "
+    "raise it for more than 8 workers; 1 embedded].",
 )
 @embedded_options
 def serve(

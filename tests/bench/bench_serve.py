@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -39,7 +40,7 @@ from fleet_procs import real_rollouts
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from producer.adapters import verl
 from producer.grading import CoalescingGrader, close_graders, grader_for
-from tests.serve_procs import start_serve
+from tests.serve_procs import ServeProcess, start_serve
 from workers.models import Rollout
 
 
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = start_serve(Path(tmp), broker=bench.redis.url)
         os.environ["GRADEFLEET_URL"] = bench.redis.url
         try:
-            run(bench, server.url, rollouts, n, args)
+            run(bench, server, rollouts, n, args)
         finally:
             server.stop()
             bench.close()
@@ -172,8 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(  # noqa: C901 (one straight script of sections)
-    bench: Bench, url: str, rollouts: list[Rollout], n: int, args: Any
+    bench: Bench, server: ServeProcess, rollouts: list[Rollout], n: int, args: Any
 ) -> None:
+    url = server.url
+    http_cpu_s: list[tuple[float, float]] = []  # (service, this process) per round
     batch_s: list[float] = []
     results: dict[str, list[tuple[float, list[float]]]] = {}
     sizes: dict[str, Counter[int]] = {}
@@ -199,8 +202,12 @@ def run(  # noqa: C901 (one straight script of sections)
         return out
 
     async def via_http() -> tuple[float, list[float]]:
+        service_s, own_s = process_cpu_s(server.proc.pid), own_cpu_s()
         async with http_caller(url, args.http_connections) as post:
-            return await concurrent(lambda r: post([r]), rollouts)
+            out = await concurrent(lambda r: post([r]), rollouts)
+        service_s = process_cpu_s(server.proc.pid) - service_s
+        http_cpu_s.append((service_s, own_cpu_s() - own_s))
+        return out
 
     print(
         f"== {n} concurrent single-rollout calls vs one batch (2 workers; HTTP: "
@@ -221,6 +228,11 @@ def run(  # noqa: C901 (one straight script of sections)
     for name, rounds in results.items():
         wall, lat = sorted(rounds)[len(rounds) // 2]
         report(name, n, wall, lat, base_rps)
+    service_s, client_s = http_cpu_s[-1]
+    print(
+        f"  HTTP CPU per rollout (last round): service {service_s / n * 1e6:.0f} us, "
+        f"load generator {client_s / n * 1e6:.0f} us (same cores as the workers)"
+    )
     print("  coalesced batch sizes (last round):")
     for name, counter in sizes.items():
         print(f"    {name:<20} {sizes_line(counter)}")
@@ -282,6 +294,17 @@ def run(  # noqa: C901 (one straight script of sections)
         f"{statistics.median(client_s) * 1000:.0f} ms: HTTP at {ratio:.2f}x the "
         "client's speed (target >= 0.9x)"
     )
+
+
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of process `pid` so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def timed_batch(bench: Bench, rollouts: Sequence[Rollout]) -> float:

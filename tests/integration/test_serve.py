@@ -123,6 +123,17 @@ def test_unknown_fields_and_bad_options_are_refused(service: ServeProcess) -> No
     assert httpx.post(url, json={"items": one}, headers=bad_header).status_code == 400
 
 
+def test_a_body_not_labelled_json_is_refused(service: ServeProcess) -> None:
+    # A browser page may POST text/plain cross-site without a preflight.
+    body = json.dumps({"items": [{"response": "1", "gold": "1"}]}).encode()
+    url = service.url + "/v1/grade"
+    for refused in ("text/plain", "application/x-www-form-urlencoded"):
+        reply = httpx.post(url, content=body, headers={"Content-Type": refused})
+        assert reply.status_code == 422, refused
+    labelled = {"Content-Type": "application/json; charset=utf-8"}
+    assert httpx.post(url, content=body, headers=labelled).status_code == 200
+
+
 def test_failed_items_are_verdicts_and_the_deadline_answers_in_time(
     service: ServeProcess,
 ) -> None:
