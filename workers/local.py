@@ -17,13 +17,14 @@ Workers die with the parent (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import select
 import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -47,6 +48,13 @@ __all__ = ["LocalPool"]
 
 _STOP_GRACE_S = 5.0
 _POLL_MS = 1000.0
+# Batches sent to a worker before it answers the first: the next one waits in its
+# pipe, so a worker never idles while the CLI reads its answer and picks more work
+# (on a busy machine the CLI may wait for a core first).
+_WORKER_BATCHES = 2
+# Room for those batches in the request pipe (the default is 64 KiB, about one
+# batch): a full pipe would block the CLI until the worker reads.
+_REQUEST_PIPE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +71,7 @@ class _Worker:
     pid: int
     to_fd: int
     from_fd: int
-    batch_id: int | None = None
+    batches: deque[int] = field(default_factory=deque)  # sent, oldest first
     deadline: float = 0.0
 
 
@@ -102,6 +110,8 @@ def _worker_main(to_fd: int, from_fd: int, config: _WorkerConfig) -> int:
 
 def _spawn_worker(config: _WorkerConfig) -> _Worker:
     pid, to_fd, from_fd = fork_child(lambda r, w: _worker_main(r, w, config))
+    with contextlib.suppress(OSError):  # above pipe-max-size: the default stays
+        fcntl.fcntl(to_fd, fcntl.F_SETPIPE_SZ, _REQUEST_PIPE_BYTES)
     return _Worker(pid=pid, to_fd=to_fd, from_fd=from_fd)
 
 
@@ -269,16 +279,20 @@ class LocalPool:
             worker = _spawn_worker(self._config)
             self._workers[worker.from_fd] = worker
         for worker in list(self._workers.values()):
-            if worker.batch_id is None and job.pending:
-                self._send(worker, job, job.pending.popleft())
+            while len(worker.batches) < _WORKER_BATCHES and job.pending:
+                if not self._send(worker, job, job.pending.popleft()):
+                    break
 
-    def _send(self, worker: _Worker, job: _Job, batch_id: int) -> None:
+    def _send(self, worker: _Worker, job: _Job, batch_id: int) -> bool:
+        """Send a batch; False if the worker was found dead (and replaced)."""
         batch = job.batches[batch_id]
         job.attempts[batch_id] += 1
-        worker.batch_id = batch_id
+        worker.batches.append(batch_id)
         # Backstop only: each item is already bounded by the sandbox deadline.
         worker.deadline = (
-            time.monotonic() + len(batch) * (self._item_timeout_s + 1) + 60
+            max(worker.deadline, time.monotonic())
+            + len(batch) * (self._item_timeout_s + 1)
+            + 60
         )
         wire = [[i, job.items[i].response, job.items[i].gold] for i in batch]
         message = {"batch": batch_id, "options": job.options.to_dict(), "items": wire}
@@ -286,6 +300,8 @@ class LocalPool:
             write_frame(worker.to_fd, message)
         except BrokenPipeError:
             self._worker_lost(worker, job)
+            return False
+        return True
 
     def _collect(
         self,
@@ -293,7 +309,7 @@ class LocalPool:
         on_progress: Callable[[int], None] | None,
         deadline_at: float | None,
     ) -> None:
-        busy = [w for w in self._workers.values() if w.batch_id is not None]
+        busy = [w for w in self._workers.values() if w.batches]
         if not busy:
             return
         poller = select.poll()
@@ -319,22 +335,30 @@ class LocalPool:
                 self._worker_lost(worker, job)
 
     def _accept(self, worker: _Worker, job: _Job, reply: dict[str, Any]) -> None:
-        batch_id = worker.batch_id
+        batch_id = worker.batches[0] if worker.batches else None
         if batch_id is None or reply.get("batch") != batch_id:  # never a stale answer
             raise SandboxError(f"local worker {worker.pid} answered an unknown batch")
+        worker.batches.popleft()
         for index, verdict in reply["results"]:
             job.verdicts[index] = Verdict.from_dict(verdict)
         job.items_done += len(job.batches[batch_id])
         job.batches_left -= 1
-        worker.batch_id = None
 
     def _worker_lost(self, worker: _Worker, job: _Job) -> None:
-        """A worker died (or overran the backstop): re-run its batch elsewhere."""
+        """A worker died (or overran the backstop): re-run its batches elsewhere.
+
+        Only the oldest was being graded (answers come in order): the batches
+        queued behind it go back without counting an attempt.
+        """
         del self._workers[worker.from_fd]
         _stop_worker(worker, graceful=False)
-        batch_id = worker.batch_id
-        if batch_id is None:
+        if not worker.batches:
             return
+        batch_id, *queued = worker.batches
+        worker.batches.clear()
+        for later in reversed(queued):
+            job.attempts[later] -= 1
+            job.pending.appendleft(later)
         if job.attempts[batch_id] < self._max_attempts:
             job.pending.appendleft(batch_id)
             return

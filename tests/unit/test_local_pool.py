@@ -115,6 +115,21 @@ def test_local_pool_poison_batch_ends_as_errors() -> None:
     assert all(v.correct for v in again)
 
 
+def test_local_pool_batch_queued_behind_a_lost_one_is_not_charged() -> None:
+    # Given one worker, sent two batches at once, each with an item killing it
+    items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(20)]
+    items[3] = GradeItem(3, "kill-my-worker", "x")
+    items[13] = GradeItem(13, "kill-my-worker", "x")
+    with make_pool(processes=1, batch_size=10, max_attempts=2) as pool:
+        verdicts = pool.grade(items, OPTIONS)
+        again = pool.grade(items[:3], OPTIONS)
+    # Then each batch is charged only for the losses while it was being graded
+    assert {v.status for v in verdicts} == {Status.ERROR}
+    assert "its worker was lost 2 times" in verdicts[3].reason
+    assert "its worker was lost 2 times" in verdicts[13].reason
+    assert all(v.correct for v in again)
+
+
 def test_local_pool_close_leaves_no_processes() -> None:
     pool = make_pool()
     pool.grade([GradeItem(0, "\\boxed{1}", "1")], OPTIONS)
