@@ -111,6 +111,11 @@ class JobBoard:
                 )
                 self._thread.start()
 
+    def rewrite(self, job: WatchedJob) -> None:
+        """Write `job`'s entry now, index included (after a Redis restart lost it,
+        before the job publishes again); best effort."""
+        self._write([job], first=True)
+
     def update(self, job: WatchedJob) -> None:
         """Write `job`'s progress (throttled), or take it off once it is done."""
         if job.done >= job.total:

@@ -81,6 +81,9 @@ class BrokerWatch(Protocol):
         """Times the job's entry went unrefreshed past its TTL (workers may have
         skipped its batches meanwhile)."""
 
+    def rewrite(self, job: Any) -> None:
+        """Write the job's entry now (best effort), before a re-publish."""
+
 
 @dataclass(slots=True, kw_only=True)
 class Batch:
@@ -224,6 +227,10 @@ class GradingJob:
             self._run_id = run_id
         self._check_refusals(now)
         if self._republish:
+            if self._watch is not None:
+                # The entry first (a restart lost it): a worker skips a batch
+                # whose job has none.
+                self._watch.rewrite(self)
             pending = [b for b in self._batches[: self._sent] if not b.done]
             sent = [self._resend(b) for b in pending]  # every one, even after a miss
             self._republish = not all(sent)

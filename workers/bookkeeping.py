@@ -74,9 +74,11 @@ class BatchProgress:
         keyring: Keyring | None = None,
         items_digest: str = "",
         items_key: str | None = None,
+        claim_key: str | None = None,
     ) -> None:
         self._redis = client
-        self._items_key = items_key
+        # Deleted with the result: the stored items, and the claim (`workers.claim`).
+        self._done_with = [k for k in (items_key, claim_key) if k is not None]
         self._batch_id = batch_id
         self._attempts = attempts_key(batch_id)
         self._partial = partial_key(batch_id)
@@ -162,7 +164,7 @@ class BatchProgress:
     def finish(self, result_json: str | None = None) -> None:
         """This delivery ended cleanly: store the result (JSON text) as SUCCESS (with
         a slot), drop the saved verdicts (the result holds them all), the delivery
-        counter and the stored items, in one round trip."""
+        counter, the stored items and the claim, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         other = pipe
         if self._slot is not None and result_json is not None:
@@ -177,7 +179,7 @@ class BatchProgress:
         # (`tasks._read_delivery`), so no per-batch key outlives the batch. The
         # stored items too: their producer may be gone (it deletes them as well,
         # and stores them again with a re-send).
-        pipe.delete(self._attempts, self._partial, *filter(None, [self._items_key]))
+        pipe.delete(self._attempts, self._partial, *self._done_with)
         if other is not pipe:
             other.execute()  # the result first: a lost DECR only ages out
         pipe.execute()
@@ -192,9 +194,15 @@ class Heartbeat:
     """
 
     def __init__(
-        self, task: Task[Any, Any], total: int, done: Callable[[], int]
+        self,
+        task: Task[Any, Any],
+        total: int,
+        done: Callable[[], int],
+        *,
+        on_beat: Callable[[], None] | None = None,
     ) -> None:
         self._task = task
+        self._on_beat = on_beat  # e.g. renew the batch's claim (`workers.claim`)
         # Read here, in the task's thread: `task.request` is thread-local, and in the
         # heartbeat thread its id is None.
         self._task_id = str(task.request.id)
@@ -223,3 +231,5 @@ class Heartbeat:
                 self._task.update_state(
                     task_id=self._task_id, state="PROGRESS", meta=meta
                 )
+            if self._on_beat is not None:
+                self._on_beat()

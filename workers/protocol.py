@@ -34,6 +34,7 @@ __all__ = [
     "WireResultItem",
     "attempts_key",
     "batch_items_key",
+    "claim_key",
     "job_board_key",
     "job_done_key",
     "job_entry_key",
@@ -89,6 +90,13 @@ def job_entry_key(job_id: str) -> str:
 def attempts_key(batch_id: str) -> str:
     """Counter (broker's Redis): started-but-unfinished deliveries of one batch."""
     return f"{KEY_PREFIX}attempts:{batch_id}"
+
+
+def claim_key(batch_id: str) -> str:
+    """String (broker's Redis): the token of the delivery grading a batch now, with a
+    short TTL its heartbeat refreshes (`tasks.claim_batch`): a copy delivered
+    meanwhile does not grade the batch a second time."""
+    return f"{KEY_PREFIX}claim:{batch_id}"
 
 
 def partial_key(batch_id: str) -> str:

@@ -16,9 +16,11 @@ from typing import Any
 import redis
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from redis.lock import Lock
 
 from workers.batch import GradeItem
 from workers.bookkeeping import BatchProgress, Heartbeat, ResultSlot
+from workers.claim import claim_batch, release, renew
 from workers.contract import (
     GRADE_BATCH,
     MAX_PAYLOAD_BYTES,
@@ -33,6 +35,7 @@ from workers.lanes import INTERACTIVE, lane_of_queue
 from workers.models import Status, Verdict
 from workers.protocol import (
     SUCCESS_META_HEAD,
+    claim_key,
     job_done_key,
     job_entry_key,
     result_json,
@@ -76,8 +79,10 @@ class BatchRun:
         lane: str = INTERACTIVE,
         items_digest: str | None = None,
         items_key: str | None = None,
+        claim: Lock | None = None,
     ) -> None:
         self.runtime = runtime
+        self.claim = claim
         self.request = request
         self.task = task
         self.lane = lane
@@ -93,6 +98,7 @@ class BatchRun:
             keyring=runtime.settings.keyring,
             items_digest=items_digest or "",
             items_key=items_key,
+            claim_key=None if claim is None else claim_key(request.batch_id),
         )
 
     def run(self) -> list[tuple[int, Verdict]]:
@@ -147,7 +153,12 @@ class BatchRun:
     def _heartbeat(self) -> contextlib.AbstractContextManager[object]:
         if self.task is None:
             return contextlib.nullcontext()
-        return Heartbeat(self.task, len(self.request.items), lambda: len(self.done))
+        return Heartbeat(
+            self.task,
+            len(self.request.items),
+            lambda: len(self.done),
+            on_beat=lambda: renew(self.claim),
+        )
 
     def _result_json(self) -> str:
         """The result of exactly this batch's indexes, as JSON text."""
@@ -247,12 +258,29 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
             request.job_id,
         )
         return
+    claim, skip = claim_batch(
+        runtime.redis, runtime.results_redis, request.batch_id, str(self.request.id)
+    )
+    if skip is not None:
+        runtime.metrics.batch_skipped(skip[0])
+        log.info("batch %s acknowledged without grading: %s", self.request.id, skip[1])
+        return
     lane = _lane(self)
     runtime.metrics.queue_wait(time.time() - request.enqueued_at, lane=lane)
-    with runtime.metrics.busy():
-        BatchRun(
-            runtime, request, self, lane=lane, items_digest=digest, items_key=key
-        ).run()
+    try:
+        with runtime.metrics.busy():
+            BatchRun(
+                runtime,
+                request,
+                self,
+                lane=lane,
+                items_digest=digest,
+                items_key=key,
+                claim=claim,
+            ).run()
+    except BaseException:
+        release(claim)  # a re-send grades it at once (the result ends it otherwise)
+        raise
 
 
 def _read_delivery(

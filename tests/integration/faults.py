@@ -106,3 +106,17 @@ def counter_total(port: int, name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def metered_worker(
+    make_workers: Any, url: str, tmp_path: Path, *, concurrency: int
+) -> tuple[Any, int]:
+    """A worker node without cache, with a metrics endpoint: (it, its port)."""
+    port = free_port()
+    env = {
+        **NO_CACHE,
+        "GRADEFLEET_METRICS_PORT": str(port),
+        "GRADEFLEET_METRICS_DIR": str(tmp_path / "metrics"),
+    }
+    worker = make_workers(url).start(concurrency=concurrency, extra_env=env)
+    return worker, port

@@ -23,13 +23,12 @@ import redis
 from producer.client import GradingClient
 from producer.errors import DeadlinePassedError
 from producer.sweep import REFUSED_REASON
-from tests.helpers import free_port
 from tests.integration.conftest import REPO_ROOT
 from tests.integration.faults import (
-    NO_CACHE,
     collect,
     counter_total,
     fleet_rollouts,
+    metered_worker,
     plain,
 )
 from workers.protocol import KEY_PREFIX
@@ -42,17 +41,6 @@ SLOW_TIMERS = {"resend_after_s": 600.0, "stall_after_s": 600.0}
 WAIT_S = 100.0
 
 
-def _start_fleet(make_workers: Any, url: str, tmp_path: Path) -> tuple[Any, int]:
-    """One worker node of 2 processes, no cache; returns it and its metrics port."""
-    port = free_port()
-    env = {
-        **NO_CACHE,
-        "GRADEFLEET_METRICS_PORT": str(port),
-        "GRADEFLEET_METRICS_DIR": str(tmp_path / "metrics"),
-    }
-    return make_workers(url).start(concurrency=2, extra_env=env), port
-
-
 def _graded(port: int) -> float:
     return counter_total(port, "gradefleet_rollouts_graded_total")
 
@@ -62,7 +50,7 @@ def test_broker_oom_mid_job_is_waited_out_and_the_job_resumes(
 ) -> None:
     # Given a fleet and a clean run's verdicts
     server = restartable()
-    worker, _ = _start_fleet(make_workers, server.url, tmp_path)
+    worker, _ = metered_worker(make_workers, server.url, tmp_path, concurrency=2)
     rollouts = fleet_rollouts(600)
     with GradingClient(
         server.url, batch_size=16, deadline_s=WAIT_S, **SLOW_TIMERS
@@ -134,7 +122,7 @@ def test_broker_oom_cli_writes_what_arrived_exits_8_and_resume_finishes(
 ) -> None:
     # Given a fleet, an input file and its clean grading
     server = restartable()
-    _, port = _start_fleet(make_workers, server.url, tmp_path)
+    _, port = metered_worker(make_workers, server.url, tmp_path, concurrency=2)
     rollouts = fleet_rollouts(2_400)
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in rollouts))
@@ -234,15 +222,7 @@ def test_producer_killed_its_queued_batches_are_skipped(
 ) -> None:
     # Given a worker (one process) and a clean run of a small job
     server = restartable()
-    port = free_port()
-    worker = make_workers(server.url).start(
-        concurrency=1,
-        extra_env={
-            **NO_CACHE,
-            "GRADEFLEET_METRICS_PORT": str(port),
-            "GRADEFLEET_METRICS_DIR": str(tmp_path / "m"),
-        },
-    )
+    worker, port = metered_worker(make_workers, server.url, tmp_path, concurrency=1)
     small = fleet_rollouts(160)
     with GradingClient(server.url, batch_size=16, **SLOW_TIMERS) as client:
         started = time.monotonic()

@@ -13,12 +13,12 @@ import pytest
 import redis
 
 from producer.client import GradingClient
-from tests.helpers import free_port
 from tests.integration.faults import (
     NO_CACHE,
     collect,
     counter_total,
     fleet_rollouts,
+    metered_worker,
     plain,
 )
 from workers.models import Verdict
@@ -95,11 +95,22 @@ def test_recovery_worker_refused_by_broker_exits_non_zero(
     assert "stopped by an unrecoverable error" in worker.log()
 
 
-def _publish(url: str, wire: Any, items_json: str, batch_id: str) -> None:
+def _publish(url: str, batch_id: str, items: list[tuple[int, str, str]]) -> None:
+    """Store a batch's items and queue its task (job id: before the dot)."""
     from celery import Celery
 
-    from workers.contract import GRADE_BATCH, QUEUE
+    from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items
+    from workers.models import GradeOptions
 
+    wire, items_json = detach_items(
+        batch_to_wire(
+            job_id=batch_id.split(".")[0],
+            batch_id=batch_id,
+            items=items,
+            options=GradeOptions(),
+            enqueued_at=time.time(),
+        )
+    )
     redis.Redis.from_url(url).set(wire["items_key"], items_json, ex=600)
     app = Celery("producer", broker=url, set_as_current=False)
     try:
@@ -112,30 +123,13 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
     restartable: Any, make_workers: Any, tmp_path: Path
 ) -> None:
     # Given a worker, and a batch of 32 rollouts it has answered
-    from workers.contract import batch_to_wire, detach_items
-    from workers.models import GradeOptions
     from workers.protocol import task_meta_key
 
     server = restartable()
-    port = free_port()
-    env = {
-        **NO_CACHE,
-        "GRADEFLEET_METRICS_PORT": str(port),
-        "GRADEFLEET_METRICS_DIR": str(tmp_path / "m"),
-    }
-    worker = make_workers(server.url).start(concurrency=1, extra_env=env)
+    worker, port = metered_worker(make_workers, server.url, tmp_path, concurrency=1)
     items = [(n, r["response"], r["gold"]) for n, r in enumerate(fleet_rollouts(32))]
-    wire, items_json = detach_items(
-        batch_to_wire(
-            job_id="j",
-            batch_id="j.0",
-            items=items,
-            options=GradeOptions(),
-            enqueued_at=time.time(),
-        )
-    )
     client = redis.Redis.from_url(server.url)
-    _publish(server.url, wire, items_json, "j.0")
+    _publish(server.url, "j.0", items)
     deadline = time.monotonic() + 60
     while client.get(task_meta_key("j.0")) is None or b"SUCCESS" not in (
         client.get(task_meta_key("j.0")) or b""
@@ -143,8 +137,8 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
         assert time.monotonic() < deadline, worker.log()
         time.sleep(0.05)
     # When two more copies of it are delivered (re-sends after a lost worker)
-    _publish(server.url, wire, items_json, "j.0")
-    _publish(server.url, wire, items_json, "j.0")
+    _publish(server.url, "j.0", items)
+    _publish(server.url, "j.0", items)
     while worker.log().count("acknowledged without grading") < 2:
         assert time.monotonic() < deadline, worker.log()
         time.sleep(0.05)
@@ -153,3 +147,57 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
     assert counter_total(port, "gradefleet_rollouts_graded_total") == 32
     assert list(client.scan_iter(match="gradefleet:v1:attempts:*")) == []
     assert list(client.scan_iter(match="gradefleet:v1:partial:*")) == []
+
+
+def _stored_result(client: redis.Redis, batch_id: str) -> list[Any] | None:
+    from workers.protocol import read_task_meta, task_meta_key
+
+    raw = client.get(task_meta_key(batch_id))
+    meta = None if raw is None else read_task_meta(raw)
+    if meta is None or meta.results is None:
+        return None
+    return plain([verdict for _, verdict in sorted(meta.results)])
+
+
+def test_recovery_copy_delivered_while_graded_is_not_graded_twice(
+    restartable: Any, make_workers: Any, tmp_path: Path, wait_until: Any
+) -> None:
+    # Given a worker of 2 processes, and a batch of 32 rollouts of which 3 hang
+    # until the 1 s item deadline (the batch takes seconds), graded once cleanly
+    from tests.hooks import HANG
+
+    server = restartable()
+    worker, port = metered_worker(make_workers, server.url, tmp_path, concurrency=2)
+    texts = [(r["response"], r["gold"]) for r in fleet_rollouts(32)]
+    for n in (5, 17, 29):
+        texts[n] = (HANG, "1")
+    items = [(n, response, gold) for n, (response, gold) in enumerate(texts)]
+    client = redis.Redis.from_url(server.url)
+
+    _publish(server.url, "clean.0", items)
+    clean = wait_until(
+        lambda: _stored_result(client, "clean.0"), timeout_s=90, what=worker.log()
+    )
+    graded_before = counter_total(port, "gradefleet_rollouts_graded_total")
+    # When the same batch is delivered twice at once (both processes take one)
+    started = time.monotonic()
+    _publish(server.url, "twice.0", items)
+    _publish(server.url, "twice.0", items)
+
+    def skipped() -> float:
+        return counter_total(port, "gradefleet_batches_skipped_total")
+
+    wait_until(lambda: skipped() == 1, timeout_s=90, what=worker.log())
+    # Then one delivery grades it and the other is acknowledged without grading:
+    # 32 rollouts graded, the verdicts of the clean run, no claim left behind
+    assert _stored_result(client, "twice.0") == clean
+    assert counter_total(port, "gradefleet_rollouts_graded_total") == (
+        graded_before + 32
+    )
+    assert list(client.scan_iter(match="gradefleet:v1:claim:*")) == []
+    reason = "answered" if "already stored" in worker.log() else "claimed"
+    print(
+        f"\ncopy delivered while its batch was graded: skipped ({reason}) "
+        f"{time.monotonic() - started:.1f} s after both were published; "
+        "32 rollouts graded once"
+    )
