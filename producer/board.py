@@ -1,19 +1,27 @@
 """The job board: each producer lists its running jobs in Redis, `gradefleet status`
-shows them by lane with their progress.
+shows them by lane with their progress, and workers skip the batches of a job whose
+entry is gone (its producer ended or was killed).
 
 One hash per job (lane, rollouts, done, batches in flight, when it was submitted)
-and one sorted set of job ids. A job's producer refreshes its hash while it waits for
-results, at most once per `REFRESH_S`; the hash expires `TTL_S` after the last
-refresh, so a producer that died (or stopped watching its job) drops off the board
-without anyone cleaning up, and readers prune ids whose hash is gone. Best effort: a
-Redis error here never fails a job.
+and one sorted set of job ids. A job's entry is written before its first batch is
+published; a producer thread (`JobBoard.watch`) refreshes the entries of all its
+live jobs every `REFRESH_S`, whether or not the caller is waiting on them, and each
+entry expires `TTL_S` after its last refresh: a producer that dies drops off the
+board without anyone cleaning up, and the fleet stops grading its queued batches
+within `TTL_S`. Readers prune ids whose hash is gone. The refresh is also the
+producer's probe of the broker: a refused write (maxmemory, read-only replica) is
+kept in `JobBoard.refusal`, and a gap in refreshes longer than `TTL_S` is counted
+in `JobBoard.lapses` (workers may have skipped batches meanwhile: the job
+publishes them again).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,7 +33,9 @@ if TYPE_CHECKING:  # `gradefleet status --help` must not load the Redis client
 __all__ = ["JobBoard", "JobEntry", "read_job_board"]
 
 REFRESH_S = 1.0
-TTL_S = 30
+# Short, so a killed producer's queued batches stop costing the fleet quickly; ten
+# refreshes, so a loaded machine or a Redis hiccup does not drop a live job.
+TTL_S = 10
 MAX_SHOWN = 200
 
 
@@ -59,50 +69,131 @@ class JobEntry:
 
 
 class JobBoard:
-    """Writes one producer's jobs to the board (see the module docstring)."""
+    """Writes one producer's jobs to the board and keeps them alive (see the module
+    docstring). Thread-safe: the refresh thread and the job's caller share it."""
 
-    def __init__(self, client: redis.Redis[bytes]) -> None:
+    def __init__(
+        self,
+        client: redis.Redis[bytes],
+        *,
+        ttl_s: int = TTL_S,
+        refresh_s: float = REFRESH_S,
+    ) -> None:
         self._redis = client
+        self.ttl_s = ttl_s
+        self._refresh_s = refresh_s
         self._written_at: dict[str, float] = {}
+        # Weak: a job its caller dropped unfinished stops being kept alive.
+        self._watched: weakref.WeakValueDictionary[str, WatchedJob] = (
+            weakref.WeakValueDictionary()
+        )
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ok_at = time.monotonic()
+        # The broker's refusal of the latest refresh (None once one is accepted).
+        self.refusal: Exception | None = None
+        self.lapses = 0
+
+    def watch(self, job: WatchedJob) -> None:
+        """Put `job` on the board now and keep its entry alive until it is done,
+        forgotten, or the board is closed.
+
+        Raises:
+            redis.RedisError, OSError: the broker refused the entry or is down.
+        """
+        self._write([job], first=True, raise_errors=True)
+        with self._lock:
+            self._watched[job.job_id] = job
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="gradefleet-job-board", daemon=True
+                )
+                self._thread.start()
 
     def update(self, job: WatchedJob) -> None:
         """Write `job`'s progress (throttled), or take it off once it is done."""
-        now = time.monotonic()
         if job.done >= job.total:
-            self._remove(job.job_id)
+            self.forget(job.job_id)
             return
-        if now - self._written_at.get(job.job_id, -REFRESH_S) < REFRESH_S:
-            return
-        first = job.job_id not in self._written_at
-        self._written_at[job.job_id] = now
-        key = job_entry_key(job.job_id)
-        fields: Mapping[str | bytes, Any] = {
-            "lane": job.lane,
-            "total": job.total,
-            "done": job.done,
-            "in_flight": job.in_flight,
-        }
+        now = time.monotonic()
+        if now - self._written_at.get(job.job_id, -REFRESH_S) >= REFRESH_S:
+            first = job.job_id not in self._written_at
+            self._written_at[job.job_id] = now
+            self._write([job], first=first)
+
+    def forget(self, job_id: str) -> None:
+        """Take a job off the board: workers skip its batches still queued."""
+        with self._lock:
+            watched = self._watched.pop(job_id, None) is not None
+        if self._written_at.pop(job_id, None) is not None or watched:
+            self._delete([job_id])
+
+    def close(self) -> None:
+        """Stop refreshing and take every job still watched off the board."""
+        self._stop.set()
+        with self._lock:
+            ids = list(self._watched)
+            self._watched.clear()
+        if self._thread is not None:
+            self._thread.join()
+        for job_id in ids:
+            self._written_at.pop(job_id, None)
+        if ids:
+            self._delete(ids)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._refresh_s):
+            with self._lock:
+                jobs = list(self._watched.values())
+            self._write(jobs)
+
+    def _write(
+        self,
+        jobs: Iterable[WatchedJob],
+        *,
+        first: bool = False,
+        raise_errors: bool = False,
+    ) -> None:
         from redis import RedisError
 
-        with contextlib.suppress(RedisError, OSError):
-            pipe = self._redis.pipeline(transaction=False)
+        from workers.refusals import BROKER_REFUSALS
+
+        pipe = self._redis.pipeline(transaction=False)
+        now = time.monotonic()
+        for job in jobs:
+            key = job_entry_key(job.job_id)
+            fields: Mapping[str | bytes, Any] = {
+                "lane": job.lane,
+                "total": job.total,
+                "done": job.done,
+                "in_flight": job.in_flight,
+            }
             pipe.hset(key, mapping=dict(fields))
             if first:
                 submitted = time.time()
                 pipe.hsetnx(key, "submitted_at", repr(submitted))
                 pipe.zadd(job_board_key(), {job.job_id: submitted})
-            pipe.expire(key, TTL_S)
+            pipe.expire(key, self.ttl_s)
+        try:
             pipe.execute()
+        except (RedisError, OSError) as exc:
+            if isinstance(exc, BROKER_REFUSALS):
+                self.refusal = exc
+            if raise_errors:
+                raise
+            return  # best effort: the next refresh tries again
+        if now - self._ok_at > self.ttl_s:
+            self.lapses += 1
+        self._ok_at, self.refusal = now, None
 
-    def _remove(self, job_id: str) -> None:
-        if self._written_at.pop(job_id, None) is None:
-            return
+    def _delete(self, job_ids: list[str]) -> None:
         from redis import RedisError
 
         with contextlib.suppress(RedisError, OSError):
             pipe = self._redis.pipeline(transaction=False)
-            pipe.delete(job_entry_key(job_id))
-            pipe.zrem(job_board_key(), job_id)
+            pipe.delete(*(job_entry_key(job_id) for job_id in job_ids))
+            pipe.zrem(job_board_key(), *job_ids)
             pipe.execute()
 
 

@@ -1,7 +1,8 @@
 """The `gradefleet` command line: `grade` a JSONL file, run a `worker`, show `status`.
 
 Exit codes: 0 ok, 2 usage error, and `ProducerError.exit_code` otherwise (see
-`producer.errors`): 3 some input lines malformed, 5 broker unreachable, 6 deadline.
+`producer.errors`): 3 some input lines malformed, 5 broker unreachable, 6 deadline,
+8 the broker refused writes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ import click
 
 from producer.batching import InputRow
 from producer.cli_options import cache_dir_option_value, embedded_options
-from producer.errors import DeadlinePassedError, MalformedInputError, ProducerError
+from producer.errors import (
+    BrokerRefusedError,
+    DeadlinePassedError,
+    MalformedInputError,
+    ProducerError,
+)
 from producer.fields import FieldSpec, alias_table_text
 from producer.grader import Grader, open_grader
 from producer.report_cli import (
@@ -39,6 +45,7 @@ from producer.sweep import (
     deadline_error,
     deadline_verdict,
     grade_file,
+    refused_verdict,
 )
 from producer.watchdog import NoWorkerWatch
 from workers import __version__
@@ -89,7 +96,9 @@ def _watch(url: str | None) -> AbstractContextManager[NoWorkerWatch | None]:
 
 class _ChunkGrader:
     """Grades the file's chunks through one `Grader`; --deadline-s bounds the whole
-    command, so each chunk gets what is left of it."""
+    command, so each chunk gets what is left of it. Once the broker has refused
+    writes past --refused-limit-s, the rest of the file is written as `error`
+    stand-ins (`refused`), not sent."""
 
     def __init__(
         self, grader: Grader, deadline_s: float, watch: NoWorkerWatch | None
@@ -98,24 +107,30 @@ class _ChunkGrader:
         self._deadline_s = deadline_s
         self._started_s = time.monotonic()
         self._watch = watch
+        self.refused: BrokerRefusedError | None = None
 
     def __call__(
         self, rows: Sequence[InputRow], on_progress: Progress
     ) -> list[Verdict]:
         # What has not arrived by the deadline is written as a `timeout` stand-in.
         left_s = self._deadline_s - (time.monotonic() - self._started_s)
-        if left_s <= 0:
+        if left_s <= 0 or self.refused is not None:
             on_progress(len(rows))
-            return [deadline_verdict()] * len(rows)
+            return [self._stand_in()] * len(rows)
         try:
             verdicts = self._grader.grade(
                 rows, on_progress=self._progress(on_progress), deadline_s=left_s
             )
-        except DeadlinePassedError as exc:
+        except (DeadlinePassedError, BrokerRefusedError) as exc:
+            if isinstance(exc, BrokerRefusedError):
+                self.refused = exc
             arrived = exc.partial or [None] * len(rows)
             on_progress(sum(v is None for v in arrived))
-            return [deadline_verdict() if v is None else v for v in arrived]
+            return [self._stand_in() if v is None else v for v in arrived]
         return verdicts
+
+    def _stand_in(self) -> Verdict:
+        return deadline_verdict() if self.refused is None else refused_verdict()
 
     def _progress(self, on_progress: Progress) -> Progress:
         def advance(count: int) -> None:
@@ -202,6 +217,16 @@ def _keyring() -> Keyring | None:
     help="Results not graded by then are written as `timeout` (their input lines "
     "on stderr) and the exit code is 6; --resume grades just those later.",
 )
+@click.option(
+    "--refused-limit-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=_DEFAULTS.refused_limit_s,
+    envvar="GRADEFLEET_REFUSED_LIMIT_S",
+    show_default=True,
+    help="On a fleet: how long to wait for a broker that refuses writes (out of "
+    "memory, read-only replica). Then what arrived is written, the rest as "
+    "`error`, and the exit code is 8; --resume grades the rest later.",
+)
 @embedded_options
 @click.option(
     "--no-fallback",
@@ -224,6 +249,7 @@ def grade(
     broker: str | None,
     batch_size: int,
     deadline_s: float,
+    refused_limit_s: float,
     processes: int | None,
     item_timeout_s: float,
     item_memory_mb: int,
@@ -257,6 +283,7 @@ def grade(
         cache_dir=cache_dir_option_value(cache_dir, no_cache),
         priority=priority,
         keyring=_keyring() if broker else None,
+        refused_limit_s=refused_limit_s,
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     started_s = time.monotonic()
@@ -280,6 +307,11 @@ def grade(
         click.echo(summary.render(), err=True, nl=False)
     if report_path is not None:
         write_grade_report(output_path, report_path, spec)
+    if grade_rows.refused is not None:
+        raise BrokerRefusedError(
+            f"{grade_rows.refused}; every row is written, those without a result "
+            "as `error` (--resume grades them once the broker accepts writes)"
+        )
     if summary.late_lines:
         raise deadline_error(summary)
     if summary.input_errors:

@@ -17,10 +17,11 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from producer.board import JobBoard
-from producer.errors import BrokerUnavailableError
+from producer.board import TTL_S, JobBoard
+from producer.errors import BrokerRefusedError, BrokerUnavailableError, ProducerError
 from producer.job import Batch, GradingJob, OnDeadline, Progress
 from producer.rollouts import validate_rollouts
+from producer.settings import DEFAULT_REFUSED_LIMIT_S
 from workers.connections import RedisClients, celery_endpoint, redis_client
 from workers.contract import (
     GRADE_BATCH,
@@ -32,6 +33,7 @@ from workers.contract import (
 from workers.lanes import INTERACTIVE, Lane, parse_lane, queue_for
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.protocol import batch_items_key
+from workers.refusals import broker_refusal
 from workers.signing import Keyring, items_digest
 from workers.sizing import batch_size_for
 from workers.urls import connect_url, redact_url
@@ -107,9 +109,18 @@ class GradingClient:
         keyring: the fleet's signing keys (`workers.signing`): tasks are signed,
             and results are accepted only with a valid MAC. Without it, a result is
             still refused when it names other items than were sent.
+        job_ttl_s: a job's board entry, refreshed every second by a thread of this
+            client while the job is unfinished, expires this long after the last
+            refresh: when this process dies, workers skip the job's queued
+            batches from then on.
+        refused_limit_s: how long a job waits for a broker that refuses writes
+            (maxmemory, a read-only replica; it re-publishes what may have been
+            lost once writes succeed) before it raises BrokerRefusedError with
+            the verdicts that arrived.
 
     Raises:
         BrokerUnavailableError: the broker or result backend does not answer a ping.
+        BrokerRefusedError: (from `submit`) the broker refuses to store a job.
     """
 
     def __init__(
@@ -128,6 +139,8 @@ class GradingClient:
         max_batches_in_flight: int = DEFAULT_MAX_BATCHES_IN_FLIGHT,
         on_deadline: OnDeadline = "raise",
         keyring: Keyring | None = None,
+        job_ttl_s: int = TTL_S,
+        refused_limit_s: float = DEFAULT_REFUSED_LIMIT_S,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be ≥ 1")
@@ -159,7 +172,8 @@ class GradingClient:
         self._broker_redis = self._clients.get(broker_url)
         self._items_ttl_s = max(DEFAULT_ITEMS_TTL_S, int(2 * (deadline_s or 0)))
         self._app = _producer_app(broker_url)
-        self._board = JobBoard(self._broker_redis)
+        self._board = JobBoard(self._broker_redis, ttl_s=job_ttl_s)
+        self.refused_limit_s = refused_limit_s
 
     def __enter__(self) -> GradingClient:
         return self
@@ -173,7 +187,9 @@ class GradingClient:
         self.close()
 
     def close(self) -> None:
-        """Release broker and backend connections."""
+        """Take unfinished jobs off the board (workers skip their queued batches)
+        and release broker and backend connections."""
+        self._board.close()
         self._clients.close()
         self._app.close()
 
@@ -234,8 +250,21 @@ class GradingClient:
             on_deadline=self.on_deadline,
             on_progress=self._board.update,
             keyring=self._keyring,
+            broker_watch=self._board,
+            refused_limit_s=self.refused_limit_s,
         )
-        job.start()
+        try:
+            # On the board before its first batch is published: a worker skips a
+            # batch whose job has no entry.
+            self._board.watch(job)
+            job.start()
+        except BaseException as exc:
+            self._board.forget(job_id)
+            if isinstance(exc, ProducerError) or not isinstance(
+                exc, (redis.RedisError, OSError)
+            ):
+                raise
+            raise self._broker_error(exc, "put the job on the board") from exc
         if self._metrics is not None:
             self._metrics.rollouts_submitted.inc(len(triples))
         return job
@@ -247,14 +276,30 @@ class GradingClient:
         Raises:
             BrokerUnavailableError: the broker cannot be reached.
         """
+        sent = 0
         try:
             wires = self._store_items(job_id, batches)
             with self._app.producer_or_acquire() as producer:
                 for batch, wire in zip(batches, wires, strict=True):
                     self._send(batch, wire, queue_for(lane), producer=producer)
+                    sent += 1
         except (OperationalError, redis.RedisError, OSError) as exc:
-            url = redact_url(self.broker_url)
-            raise BrokerUnavailableError(f"cannot publish to {url}: {exc}") from exc
+            if broker_refusal(exc) is not None:
+                # Nothing stays behind of a batch that never went out.
+                self._release([b for b in batches[sent:] if not b.sent_at])
+            raise self._broker_error(exc, "publish") from exc
+
+    def _broker_error(self, exc: BaseException, what: str) -> ProducerError:
+        """BrokerRefusedError naming the broker's own error when it refused a write,
+        else BrokerUnavailableError."""
+        url = redact_url(self.broker_url)
+        refusal = broker_refusal(exc)
+        if refusal is not None:
+            return BrokerRefusedError(
+                f"the broker at {url} refused to {what}: "
+                f"{type(refusal).__name__}: {refusal}"
+            )
+        return BrokerUnavailableError(f"cannot {what} on {url}: {exc}")
 
     def _store_items(self, job_id: str, batches: Sequence[Batch]) -> list[WireBatch]:
         """Store each batch's items in the broker's Redis (one round trip); returns
@@ -271,6 +316,7 @@ class GradingClient:
                     options=self.options,
                     enqueued_at=time.time(),
                     attempt=batch.attempt,
+                    kept_alive=True,
                 )
             )
             batch.items_digest = items_digest(items_json)

@@ -7,7 +7,11 @@
     │   └── InputFormatError               exit 4  a file cannot be read (or written) in
     │                                              the format it has (Parquet, .eval)
     ├── BrokerUnavailableError             exit 5  the broker (Redis) cannot be reached
-    └── DeadlinePassedError (TimeoutError) exit 6  results did not all arrive in time
+    └── JobCutShortError                           a job ended without every result
+        ├── DeadlinePassedError            exit 6  results did not all arrive in time
+        │   (TimeoutError)
+        └── BrokerRefusedError             exit 8  the broker answers but refuses writes
+                                                   (out of memory, read-only replica)
 
 Exit code 2 is click's own "usage error" (bad option, missing file).
 """
@@ -44,15 +48,26 @@ class BrokerUnavailableError(ProducerError):
     exit_code: ClassVar[int] = 5
 
 
-class DeadlinePassedError(ProducerError, TimeoutError):
-    """The job's deadline passed before every result arrived."""
-
-    exit_code: ClassVar[int] = 6
+class JobCutShortError(ProducerError):
+    """A job ended before every result arrived; `partial` holds what did."""
 
     def __init__(self, message: str, *, partial: list[Verdict | None] | None = None):
         super().__init__(message)
         # What did arrive, by input index (None: missing), when the grader knows.
         self.partial = partial
+
+
+class DeadlinePassedError(JobCutShortError, TimeoutError):
+    """The job's deadline passed before every result arrived."""
+
+    exit_code: ClassVar[int] = 6
+
+
+class BrokerRefusedError(JobCutShortError):
+    """The broker answers but refuses writes (`maxmemory` reached under noeviction,
+    a read-only replica) at a job's start, or for longer than the client waits."""
+
+    exit_code: ClassVar[int] = 8
 
 
 class InputFormatError(InvalidRolloutError):

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self
 from urllib.parse import urlsplit
 
-from producer.errors import DeadlinePassedError, ProducerError
+from producer.errors import DeadlinePassedError, JobCutShortError, ProducerError
 from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
 from workers.lanes import INTERACTIVE
@@ -311,6 +311,7 @@ class _FleetGrader(GraderBase):
             item_timeout_s=settings.item_timeout_s,
             priority=settings.priority,
             keyring=settings.keyring,
+            refused_limit_s=settings.refused_limit_s,
         )
 
     def grade(
@@ -327,7 +328,7 @@ class _FleetGrader(GraderBase):
                 verdicts[index] = verdict
                 if on_progress is not None:
                     on_progress(1)
-        except DeadlinePassedError as exc:
+        except JobCutShortError as exc:  # deadline, or a broker refusing writes
             exc.partial = verdicts  # the caller may keep what did arrive
             raise
         # as_completed() ends only once every index has a verdict (else it raises).

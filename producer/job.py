@@ -18,19 +18,22 @@ the first result per index wins, later duplicates are ignored.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import redis
 from kombu.exceptions import OperationalError
 
 from producer.errors import (
+    BrokerRefusedError,
     BrokerUnavailableError,
     DeadlinePassedError,
     ProducerError,
 )
+from producer.settings import DEFAULT_REFUSED_LIMIT_S
 from workers.models import ExtractionMethod, Status, Verdict
 from workers.protocol import (
     RUNNING_STATES,
@@ -56,7 +59,27 @@ _WAIT_MAX_S = 0.25
 _RESEND_CHECK_S = 0.25
 _RESTART_CHECK_S = 1.0
 # What a failed publish raises: the job tries again at its next poll.
-_PUBLISH_ERRORS = (BrokerUnavailableError, OperationalError, redis.RedisError, OSError)
+_PUBLISH_ERRORS = (
+    BrokerUnavailableError,
+    BrokerRefusedError,
+    OperationalError,
+    redis.RedisError,
+    OSError,
+)
+log = logging.getLogger(__name__)
+
+
+class BrokerWatch(Protocol):
+    """What a job reads of its producer's view of the broker (`board.JobBoard`)."""
+
+    @property
+    def refusal(self) -> Exception | None:
+        """The broker's refusal of the latest write; None once one is accepted."""
+
+    @property
+    def lapses(self) -> int:
+        """Times the job's entry went unrefreshed past its TTL (workers may have
+        skipped its batches meanwhile)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -126,6 +149,8 @@ class GradingJob:
         on_deadline: OnDeadline = "raise",
         on_progress: Callable[[GradingJob], None] | None = None,
         keyring: Keyring | None = None,
+        broker_watch: BrokerWatch | None = None,
+        refused_limit_s: float = DEFAULT_REFUSED_LIMIT_S,
     ) -> None:
         self.job_id = job_id
         self.lane = lane
@@ -156,6 +181,11 @@ class GradingJob:
         self._last_restart_check = 0.0
         self._republish = False
         self.broker_restarts = 0
+        self._watch = broker_watch
+        self._refused_limit_s = refused_limit_s
+        self._refused_since: float | None = None
+        self._lapses = 0 if broker_watch is None else broker_watch.lapses
+        self.broker_refusals = 0  # spells of refused writes waited out
 
     def start(self) -> None:
         """Publish the first window of batches.
@@ -174,8 +204,9 @@ class GradingJob:
             return None  # down (the next check sees the new one) or INFO refused
         return str(run_id) if run_id else None
 
-    def _check_restart(self, now: float) -> None:
-        """Re-publish every unfinished batch at once when Redis restarted.
+    def _check_broker(self, now: float) -> None:
+        """Re-publish every unfinished batch at once when Redis restarted, or once
+        it accepts writes again after refusing them (`_check_refusals`).
 
         A restart without persistence loses the queue, the stored items and the
         results; waiting for the stall timer cost a full `stall_after_s` of idle
@@ -191,10 +222,49 @@ class GradingJob:
             self._republish = True
         if run_id is not None:
             self._run_id = run_id
+        self._check_refusals(now)
         if self._republish:
             pending = [b for b in self._batches[: self._sent] if not b.done]
             sent = [self._resend(b) for b in pending]  # every one, even after a miss
             self._republish = not all(sent)
+
+    def _check_refusals(self, now: float) -> None:
+        """Wait out a broker that refuses writes, then re-publish every unfinished
+        batch (a worker may have lost a delivery or a result meanwhile); past
+        `refused_limit_s`, raise with what arrived.
+
+        Raises:
+            BrokerRefusedError: the broker has refused writes that long.
+        """
+        if self._watch is None:
+            return
+        refusal = self._watch.refusal
+        if refusal is not None and self._refused_since is None:
+            self._refused_since = now
+            self.broker_refusals += 1
+            log.warning(
+                "job %s: the broker refuses writes (%s: %s); waiting up to %g s "
+                "for it to recover",
+                self.job_id,
+                type(refusal).__name__,
+                refusal,
+                self._refused_limit_s,
+            )
+        elif refusal is not None and self._refused_since is not None:
+            if now - self._refused_since >= self._refused_limit_s:
+                raise BrokerRefusedError(
+                    f"job {self.job_id}: the broker refused writes for "
+                    f"{now - self._refused_since:.0f} s ({type(refusal).__name__}: "
+                    f"{refusal}); {self._done} of {self.total} results had arrived",
+                    partial=list(self._verdicts),
+                )
+        elif self._refused_since is not None:
+            log.warning("job %s: the broker accepts writes again", self.job_id)
+            self._refused_since = None
+            self._republish = True
+        if self._watch.lapses != self._lapses:
+            self._lapses = self._watch.lapses
+            self._republish = True
 
     @property
     def done(self) -> int:
@@ -266,7 +336,7 @@ class GradingJob:
             time.sleep(timeout_s)  # backend restarting: the deadline covers it
 
     def _maybe_resend(self, now: float) -> None:
-        self._check_restart(now)
+        self._check_broker(now)
         if now - self._last_resend_check >= _RESEND_CHECK_S:
             self._last_resend_check = now
             self._resend_stale(now)
@@ -354,16 +424,26 @@ class GradingJob:
             self._on_progress(self)
 
     def _send_next(self, room: int, *, raise_errors: bool = False) -> None:
-        """Publish up to `room` batches not sent yet, in input order."""
+        """Publish up to `room` batches not sent yet, in input order.
+
+        With `raise_errors`, a failure is raised only if no batch went out: once
+        some are being graded (the broker failed midway), the job goes on and
+        publishes the rest later, as after any failed publish.
+        """
         batches = self._batches[self._sent : self._sent + max(room, 0)]
         if not batches:
             return
         try:
             self._publish(batches)
         except _PUBLISH_ERRORS:
-            if raise_errors:
+            # Those published before the failure are out (in order): count them,
+            # or their results would never be read.
+            went = sum(1 for batch in batches if batch.sent_at)
+            self._sent += went
+            self._in_flight += went
+            if raise_errors and not went:
                 raise
-            return  # broker down: the next poll tries again
+            return  # broker down or refusing: the next poll tries again
         self._sent += len(batches)
         self._in_flight += len(batches)
 

@@ -11,9 +11,19 @@ from pathlib import Path
 from workers.signing import Keyring
 from workers.urls import redact_url
 
-__all__ = ["CACHE_FILE_NAME", "ProducerSettings", "default_cache_dir", "redact_url"]
+__all__ = [
+    "CACHE_FILE_NAME",
+    "DEFAULT_REFUSED_LIMIT_S",
+    "ProducerSettings",
+    "default_cache_dir",
+    "redact_url",
+]
 
 CACHE_FILE_NAME = "cache.sqlite3"
+# How long a fleet job waits for a broker that refuses writes (maxmemory, a
+# read-only replica) before it ends with what arrived: long enough for an operator
+# to raise `maxmemory` or for a failover, short enough that a stuck run says why.
+DEFAULT_REFUSED_LIMIT_S = 60.0
 
 
 def default_cache_dir(environ: Mapping[str, str]) -> Path:
@@ -43,6 +53,9 @@ class ProducerSettings:
             take interactive work, such as RL steps, first) or `interactive`.
         keyring: fleet mode: the fleet's signing keys (tasks signed, results
             verified; see `workers.signing`).
+        refused_limit_s: fleet mode: how long a job waits for a broker that
+            refuses writes (maxmemory, read-only replica) before the run ends,
+            writing what arrived (exit 8).
     """
 
     broker_url: str | None = None
@@ -54,11 +67,13 @@ class ProducerSettings:
     cache_dir: Path | None = None
     priority: str = "bulk"
     keyring: Keyring | None = None
+    refused_limit_s: float = DEFAULT_REFUSED_LIMIT_S
 
     def __post_init__(self) -> None:
         checks = {
             "batch_size": self.batch_size is None or self.batch_size >= 1,
             "deadline_s": self.deadline_s > 0,
+            "refused_limit_s": self.refused_limit_s > 0,
             "processes": self.processes is None or self.processes >= 1,
             "item_timeout_s": self.item_timeout_s > 0,
             "item_memory_mb": self.item_memory_mb >= 64,

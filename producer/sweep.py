@@ -46,33 +46,46 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEADLINE_REASON",
+    "REFUSED_REASON",
     "GradeRows",
     "Progress",
     "deadline_error",
     "deadline_verdict",
     "grade_file",
     "load_resumable",
+    "refused_verdict",
 ]
 
 MAX_ERRORS_SHOWN = 20
 DEADLINE_REASON = "the --deadline-s passed before a result arrived"
+REFUSED_REASON = "the broker refused writes before a result arrived"
 
 Progress = Callable[[int], None]
 GradeRows = Callable[[Sequence[InputRow], Progress], list[Verdict]]
 RowKey = tuple[int, int | None]
 
 
-def deadline_verdict() -> Verdict:
-    """The stand-in for a rollout whose result did not arrive before the deadline."""
+def _stand_in(status: Status, reason: str) -> Verdict:
     return Verdict(
         correct=False,
-        status=Status.TIMEOUT,
+        status=status,
         format_valid=False,
         extracted=None,
         extraction_method=ExtractionMethod.NONE,
         verify_method=VerifyMethod.NONE,
-        reason=DEADLINE_REASON,
+        reason=reason,
     )
+
+
+def deadline_verdict() -> Verdict:
+    """The stand-in for a rollout whose result did not arrive before the deadline."""
+    return _stand_in(Status.TIMEOUT, DEADLINE_REASON)
+
+
+def refused_verdict() -> Verdict:
+    """The stand-in for a rollout left without a result by a broker that refused
+    writes (an `error`: `--resume` grades it again)."""
+    return _stand_in(Status.ERROR, REFUSED_REASON)
 
 
 def _row_key(line_no: int, record: dict[str, Any]) -> RowKey:

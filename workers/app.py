@@ -14,6 +14,7 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 from celery.worker import control
 
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
+from workers.broker import transport_for
 from workers.connections import celery_endpoint
 from workers.contract import QUEUE
 from workers.kombu_fixes import closed_channels_fail_as_connection_errors
@@ -88,6 +89,9 @@ def create_app(settings: WorkerSettings) -> Celery:
     backend = celery_endpoint(settings.backend_url)
     app = Celery("gradefleet", broker=broker.url, backend=backend.url)
     app.conf.update(
+        # A broker refusing writes (maxmemory, read-only replica) is waited out
+        # like a lost connection (`workers.broker`), not a crash.
+        broker_transport=transport_for(settings.broker_url),
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

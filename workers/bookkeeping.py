@@ -25,6 +25,7 @@ from workers.protocol import (
     progress_meta,
     task_meta,
 )
+from workers.refusals import BROKER_REFUSALS
 from workers.signing import Keyring
 
 __all__ = ["BatchProgress", "Heartbeat", "ResultSlot"]
@@ -72,8 +73,10 @@ class BatchProgress:
         *,
         keyring: Keyring | None = None,
         items_digest: str = "",
+        items_key: str | None = None,
     ) -> None:
         self._redis = client
+        self._items_key = items_key
         self._batch_id = batch_id
         self._attempts = attempts_key(batch_id)
         self._partial = partial_key(batch_id)
@@ -140,7 +143,8 @@ class BatchProgress:
         return int(attempts), verdicts
 
     def save(self, pairs: Sequence[tuple[int, Verdict]]) -> None:
-        """Save verdicts: one hash field per item index (value: verdict JSON)."""
+        """Save verdicts: one hash field per item index (value: verdict JSON); best
+        effort while the broker refuses writes."""
         if not pairs:
             return
         mapping: dict[str | bytes, bytes | float | int | str] = {
@@ -150,12 +154,15 @@ class BatchProgress:
         pipe = self._redis.pipeline(transaction=False)
         pipe.hset(self._partial, mapping=mapping)
         pipe.expire(self._partial, self._ttl_s)
-        pipe.execute()
+        # Saved verdicts only spare a re-delivery some grading: a broker refusing
+        # writes (maxmemory) must not fail the batch that holds them.
+        with contextlib.suppress(*BROKER_REFUSALS):
+            pipe.execute()
 
     def finish(self, result_json: str | None = None) -> None:
         """This delivery ended cleanly: store the result (JSON text) as SUCCESS (with
-        a slot), drop the saved verdicts (the result holds them all) and the delivery
-        counter, in one round trip."""
+        a slot), drop the saved verdicts (the result holds them all), the delivery
+        counter and the stored items, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         other = pipe
         if self._slot is not None and result_json is not None:
@@ -166,9 +173,11 @@ class BatchProgress:
             # always finds the result.
             other.rpush(self._slot.done_key, self._slot.task_id)
             other.expire(self._slot.done_key, self._slot.ttl_s)
-        # Both go: a later copy of this batch finds the result and is not graded
-        # (`tasks._stale_delivery`), so no per-batch key outlives the batch.
-        pipe.delete(self._attempts, self._partial)
+        # These go: a later copy of this batch finds the result and is not graded
+        # (`tasks._read_delivery`), so no per-batch key outlives the batch. The
+        # stored items too: their producer may be gone (it deletes them as well,
+        # and stores them again with a re-send).
+        pipe.delete(self._attempts, self._partial, *filter(None, [self._items_key]))
         if other is not pipe:
             other.execute()  # the result first: a lost DECR only ages out
         pipe.execute()

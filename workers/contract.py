@@ -80,6 +80,9 @@ class WireBatch(TypedDict):
     items: NotRequired[list[WireItem]]
     items_key: NotRequired[str]
     mac: NotRequired[str]  # `sign_task`: binds ids, items and options
+    # The producer keeps its job's board entry (`protocol.job_entry_key`) alive
+    # while it lives: a worker skips the batch at once when the entry is gone.
+    kept_alive: NotRequired[bool]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,9 +105,10 @@ def batch_to_wire(
     options: GradeOptions,
     enqueued_at: float,
     attempt: int = 1,
+    kept_alive: bool = False,
 ) -> WireBatch:
     """Build the task argument from `(index, response, gold)` triples."""
-    return {
+    wire: WireBatch = {
         "schema": SCHEMA_VERSION,
         "job_id": job_id,
         "batch_id": batch_id,
@@ -113,6 +117,9 @@ def batch_to_wire(
         "options": options.to_dict(),
         "items": [{"index": i, "response": r, "gold": g} for i, r, g in items],
     }
+    if kept_alive:
+        wire["kept_alive"] = True
+    return wire
 
 
 def detach_items(wire: WireBatch) -> tuple[WireBatch, str]:

@@ -49,6 +49,7 @@ __all__ = [
     "ITEM_BUCKETS_S",
     "QUEUE_WAIT_BUCKETS_S",
     "RESTART_REASONS",
+    "SKIP_REASONS",
     "MetricsSetupError",
     "ProducerMetrics",
     "QueueDepthCollector",
@@ -70,6 +71,7 @@ CACHE_RESULTS = ("hit", "miss")
 # "other" bounds the label: an unknown reason from a new sandbox must not mint series.
 RESTART_REASONS = ("timeout", "memory", "crash", "recycle", "other")
 INTEGRITY_KINDS = ("task", "partial", "cache")
+SKIP_REASONS = ("answered", "abandoned", "claimed")
 
 # Per item: a cache hit or a Fraction compare is ~5-50 µs, a SymPy pair ~1-5 ms, and
 # the sandbox deadline a few seconds (up to 30 s if configured): buckets resolve all 3.
@@ -199,6 +201,15 @@ class WorkerMetrics:
         self._queue_wait: dict[str, Histogram] = {
             lane: queue_wait.labels(lane=lane) for lane in LANES
         }
+        skipped = Counter(
+            "gradefleet_batches_skipped",
+            "Deliveries acknowledged without grading, by reason: answered (a copy "
+            "of a batch whose result is stored), abandoned (its job has no live "
+            "producer), claimed (another delivery of it is being graded).",
+            ["reason"],
+            registry=reg,
+        )
+        self._skipped = {r: skipped.labels(reason=r) for r in SKIP_REASONS}
         lane_rollouts = Counter(
             "gradefleet_lane_rollouts",
             "Rollouts of finished batches, by the lane they were queued in.",
@@ -241,6 +252,10 @@ class WorkerMetrics:
         self._batch_duration.observe(max(duration_s, 0.0))
         self._batch_size.observe(size)
         self._lane_rollouts.get(lane, self._lane_rollouts[INTERACTIVE]).inc(size)
+
+    def batch_skipped(self, reason: str) -> None:
+        """Count a delivery acknowledged without grading (`SKIP_REASONS`)."""
+        self._skipped[reason].inc()
 
     def queue_wait(self, seconds: float, *, lane: str = INTERACTIVE) -> None:
         """Record how long a batch of `lane` waited in the queue (clock skew clamps

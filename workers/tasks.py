@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 
@@ -37,6 +38,7 @@ from workers.protocol import (
     result_json,
     task_meta_key,
 )
+from workers.refusals import OUTLAST_REFUSALS
 from workers.runtime import WorkerRuntime, get_runtime
 from workers.sizing import FIRST_CHUNK_ITEMS, next_chunk_items
 from workers.verdicts import failure_verdict, poison_verdict
@@ -50,8 +52,9 @@ __all__ = ["BatchRun", "grade_batch"]
 SAVE_AFTER_S = 0.25
 _LATE_REASON = "batch time limit reached before this item"
 log = logging.getLogger(__name__)
-# A queued batch of a job whose producer has not refreshed its board entry (every
-# second while it waits; the entry lives 30 s) is abandoned past this age.
+# A queued batch from an older producer (no `kept_alive`) whose job has no board
+# entry is abandoned past this age (such producers refresh the entry only while
+# they poll).
 ABANDONED_AFTER_S = 120.0
 _SUCCESS_HEAD = SUCCESS_META_HEAD.encode()
 
@@ -72,6 +75,7 @@ class BatchRun:
         *,
         lane: str = INTERACTIVE,
         items_digest: str | None = None,
+        items_key: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.request = request
@@ -88,6 +92,7 @@ class BatchRun:
             slot,
             keyring=runtime.settings.keyring,
             items_digest=items_digest or "",
+            items_key=items_key,
         )
 
     def run(self) -> list[tuple[int, Verdict]]:
@@ -95,7 +100,11 @@ class BatchRun:
         started = time.monotonic()
         observer = self.runtime.observer
         observer.discard()  # left by a batch that failed: never stored
-        attempts, self.done = self.progress.begin()
+        # A broker refusing writes (maxmemory, failover) is waited out here, so the
+        # verdicts of a batch it caught mid-way are stored once it recovers.
+        attempts, self.done = OUTLAST_REFUSALS.call_with_retry(
+            self.progress.begin, self._refused
+        )
         self.runtime.metrics.integrity_rejected("partial", self.progress.rejected)
         todo = [
             GradeItem(index=it["index"], response=it["response"], gold=it["gold"])
@@ -104,7 +113,10 @@ class BatchRun:
         ]
         with self._heartbeat():
             self._grade_or_stand_in(todo, attempts)
-        self.progress.finish(self._result_json())
+        result = self._result_json()
+        OUTLAST_REFUSALS.call_with_retry(
+            lambda: self.progress.finish(result), self._refused
+        )
         observer.commit()
         self.runtime.metrics.batch_done(
             size=len(self.request.items),
@@ -112,6 +124,14 @@ class BatchRun:
             lane=self.lane,
         )
         return [(it["index"], self.done[it["index"]]) for it in self.request.items]
+
+    def _refused(self, exc: Exception) -> None:
+        log.warning(
+            "batch %s: the broker refused a write (%s: %s); trying again",
+            self.request.batch_id,
+            type(exc).__name__,
+            exc,
+        )
 
     def _result_slot(self, task: Task[Any, Any]) -> ResultSlot:
         task_id = str(task.request.id)
@@ -203,9 +223,10 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
     task's result key by `BatchRun`."""
     runtime = get_runtime()
     key = items_reference(wire)
-    payload, stale = _read_delivery(runtime, str(self.request.id), wire, key)
-    if stale is not None:
-        log.info("batch %s acknowledged without grading: %s", self.request.id, stale)
+    payload, skip = _read_delivery(runtime, str(self.request.id), wire, key)
+    if skip is not None:
+        runtime.metrics.batch_skipped(skip[0])
+        log.info("batch %s acknowledged without grading: %s", self.request.id, skip[1])
         return
     if key is not None:  # items stored by the producer (`contract.detach_items`)
         wire = attach_items(wire, payload)
@@ -229,21 +250,25 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
     lane = _lane(self)
     runtime.metrics.queue_wait(time.time() - request.enqueued_at, lane=lane)
     with runtime.metrics.busy():
-        BatchRun(runtime, request, self, lane=lane, items_digest=digest).run()
+        BatchRun(
+            runtime, request, self, lane=lane, items_digest=digest, items_key=key
+        ).run()
 
 
 def _read_delivery(
     runtime: WorkerRuntime, task_id: str, wire: dict[str, Any], key: str | None
-) -> tuple[bytes | None, str | None]:
-    """The stored items (if by reference), and why this delivery needs no grading.
+) -> tuple[bytes | None, tuple[str, str] | None]:
+    """The stored items (if by reference), and why this delivery needs no grading:
+    (a `SKIP_REASONS` label, a log line).
 
     It needs none when it is a copy of a batch whose result is stored (a re-send
     after a slow or lost worker, the first copy already answered: acked, never
-    graded twice), or of a job no producer waits for (its job board entry,
-    refreshed every second while its producer waits, is gone: with its items, or
-    the message is older than `ABANDONED_AFTER_S`). Both used to be graded for
-    nobody or to fail noisily. One round trip when the broker and the result
-    backend are one Redis.
+    graded twice), or of a job no producer waits for: its job board entry is
+    gone and the producer said it keeps it alive (`kept_alive`: a thread
+    refreshes it every second while the producer lives), or, from an older
+    producer, its items are gone too or the message is older than
+    `ABANDONED_AFTER_S`. Both used to be graded for nobody or to fail noisily.
+    One round trip when the broker and the result backend are one Redis.
     """
     job_id = wire.get("job_id")
     job_id = job_id if isinstance(job_id, str) else None
@@ -265,19 +290,31 @@ def _read_delivery(
     payload = replies.pop(0) if key is not None else None
     job_alive = bool(replies.pop(0)) if job_id is not None else True
     if replies[0] == _SUCCESS_HEAD:
-        return payload, "its result is already stored"
+        return payload, ("answered", "its result is already stored")
     if job_alive:
         # Items gone while the job lives: `attach_items` fails the task at once,
         # a signal for its producer to store them again with a re-send (a copy of
         # a batch already answered ends there too: never graded twice).
         return payload, None
-    if key is not None and not payload:
-        return payload, "its items and its job are gone (its producer ended)"
+    abandoned = _abandoned(wire, job_id, bool(key is None or payload))
+    if abandoned is not None and key is not None:
+        # Its producer is gone: nobody else deletes them before their TTL.
+        with contextlib.suppress(redis.RedisError, OSError):
+            runtime.redis.delete(key)
+    return payload, None if abandoned is None else ("abandoned", abandoned)
+
+
+def _abandoned(wire: dict[str, Any], job_id: str | None, has_items: bool) -> str | None:
+    """Why the batch of a job without a board entry is abandoned, else None."""
+    if wire.get("kept_alive") is True:
+        return f"job {job_id} has no live producer (its board entry is gone)"
+    if not has_items:
+        return "its items and its job are gone (its producer ended)"
     enqueued_at = wire.get("enqueued_at")
     age_s = time.time() - enqueued_at if isinstance(enqueued_at, int | float) else 0
     if age_s > ABANDONED_AFTER_S:
-        return payload, f"no producer has watched job {job_id} for {age_s:.0f} s"
-    return payload, None
+        return f"no producer has watched job {job_id} for {age_s:.0f} s"
+    return None
 
 
 def _lane(task: Task[Any, Any]) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.integration.faults import RestartableRedis
 from tests.serve_procs import ServeProcess, start_serve
 
 _READY_DEADLINE_S = 60.0
@@ -227,3 +228,21 @@ def service(fleet, redis_server: str, tmp_path_factory) -> Iterator[ServeProcess
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def restartable(tmp_path: Path) -> Iterator[Callable[..., RestartableRedis]]:
+    """`restartable(*redis_args)`: a private redis-server a test may kill, restart
+    or starve of memory; all are killed afterwards."""
+    made: list[RestartableRedis] = []
+
+    def make(*extra: str) -> RestartableRedis:
+        server = RestartableRedis(tmp_path, *extra)
+        made.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in made:
+            server.kill()

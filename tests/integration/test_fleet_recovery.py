@@ -5,9 +5,7 @@ printed), a worker refused by the broker, copies of an answered batch."""
 from __future__ import annotations
 
 import collections
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,90 +13,19 @@ import pytest
 import redis
 
 from producer.client import GradingClient
-from tests.helpers import free_port, real_rollouts
+from tests.helpers import free_port
+from tests.integration.faults import (
+    NO_CACHE,
+    collect,
+    counter_total,
+    fleet_rollouts,
+    plain,
+)
 from workers.models import Verdict
 
 pytestmark = pytest.mark.integration
 
 N_ROLLOUTS = 1_200
-
-
-class RestartableRedis:
-    """A redis-server on a fixed port, without persistence, that a test restarts."""
-
-    def __init__(self, workdir: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self._workdir = workdir
-        self._extra = extra
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
-        args += ["--save", "", "--appendonly", "no", "--dir", str(self._workdir)]
-        self.proc = subprocess.Popen([*args, *self._extra], stdout=subprocess.DEVNULL)
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-
-@pytest.fixture
-def restartable(tmp_path: Path) -> Iterator[Any]:
-    made: list[RestartableRedis] = []
-
-    def make(*extra: str) -> RestartableRedis:
-        server = RestartableRedis(tmp_path, *extra)
-        made.append(server)
-        return server
-
-    try:
-        yield make
-    finally:
-        for server in made:
-            server.kill()
-
-
-def _rollouts(n: int = N_ROLLOUTS) -> list[dict[str, str]]:
-    real = real_rollouts()
-    return [
-        {"response": real[i % len(real)].response, "gold": real[i % len(real)].gold}
-        for i in range(n)
-    ]
-
-
-def _plain(verdicts: list[Verdict]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in x.to_dict().items() if k != "cached"} for x in verdicts]
-
-
-def _collect(
-    client: GradingClient, rollouts: list[dict[str, str]]
-) -> tuple[list[Verdict], Any]:
-    """Grade through `as_completed`, asserting no index arrives twice."""
-    job = client.submit(rollouts)
-    seen: collections.Counter[int] = collections.Counter()
-    verdicts: list[Verdict | None] = [None] * len(rollouts)
-    for index, verdict in job.as_completed():
-        seen[index] += 1
-        verdicts[index] = verdict
-    assert set(seen.values()) == {1}, "an index arrived twice"
-    assert None not in verdicts
-    return [v for v in verdicts if v is not None], job
-
-
-_NO_CACHE = {"GRADEFLEET_CACHE_URL": "none"}
 
 
 def test_recovery_redis_restart_without_persistence_republishes_at_once(
@@ -107,16 +34,16 @@ def test_recovery_redis_restart_without_persistence_republishes_at_once(
     # Given a fleet on a Redis without persistence, and a clean run's verdicts
     server = restartable()
     factory = make_workers(server.url)
-    for worker in [factory.start(concurrency=2, extra_env=_NO_CACHE, wait=False)]:
+    for worker in [factory.start(concurrency=2, extra_env=NO_CACHE, wait=False)]:
         worker.wait_ready()
-    rollouts = _rollouts()
+    rollouts = fleet_rollouts(N_ROLLOUTS)
     # Re-send timers far past the deadline: only the restart check can bring the
     # job back in time (before it, the stall timer did, after >= 34 s).
     slow_timers = {"resend_after_s": 600.0, "stall_after_s": 600.0}
     with GradingClient(
         server.url, batch_size=16, deadline_s=120, **slow_timers
     ) as client:
-        clean, _ = _collect(client, rollouts)
+        clean, _ = collect(client, rollouts)
         # When Redis is killed and restarted empty once 100 verdicts of a second
         # run have arrived
         started = time.monotonic()
@@ -136,7 +63,7 @@ def test_recovery_redis_restart_without_persistence_republishes_at_once(
     verdicts = [v for v in got if v is not None]
     # Then every rollout comes back once, as in the clean run, after one detected
     # restart
-    assert _plain(verdicts) == _plain(clean)
+    assert plain(verdicts) == plain(clean)
     assert job.broker_restarts == 1
     print(
         f"\nredis restart without persistence: job of {N_ROLLOUTS} done "
@@ -168,17 +95,6 @@ def test_recovery_worker_refused_by_broker_exits_non_zero(
     assert "stopped by an unrecoverable error" in worker.log()
 
 
-def _graded_total(port: int) -> float:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    prefix = "gradefleet_rollouts_graded_total{"
-    return sum(
-        float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(prefix)
-    )
-
-
 def _publish(url: str, wire: Any, items_json: str, batch_id: str) -> None:
     from celery import Celery
 
@@ -203,12 +119,12 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
     server = restartable()
     port = free_port()
     env = {
-        **_NO_CACHE,
+        **NO_CACHE,
         "GRADEFLEET_METRICS_PORT": str(port),
         "GRADEFLEET_METRICS_DIR": str(tmp_path / "m"),
     }
     worker = make_workers(server.url).start(concurrency=1, extra_env=env)
-    items = [(n, r["response"], r["gold"]) for n, r in enumerate(_rollouts(32))]
+    items = [(n, r["response"], r["gold"]) for n, r in enumerate(fleet_rollouts(32))]
     wire, items_json = detach_items(
         batch_to_wire(
             job_id="j",
@@ -234,6 +150,6 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
         time.sleep(0.05)
     # Then they are acknowledged without grading: 32 rollouts graded in all, and
     # no per-batch bookkeeping key is left
-    assert _graded_total(port) == 32
+    assert counter_total(port, "gradefleet_rollouts_graded_total") == 32
     assert list(client.scan_iter(match="gradefleet:v1:attempts:*")) == []
     assert list(client.scan_iter(match="gradefleet:v1:partial:*")) == []
