@@ -184,6 +184,8 @@ class _BatchRun:
                 decided = results[self._deciding[digest]].verdict
                 assert decided is not None
                 verdict, seconds = _with_own_fields(decided, result.prep, False), 0.0
+            item = self._items[position]  # as grade() ends: texts, not answers
+            verdict = verifier.identical_never_wrong(verdict, item.response, item.gold)
             verdicts.append(verdict)
             graded.append((verdict, seconds))
         self._store(results)

@@ -194,7 +194,7 @@ class SqliteResultCache:
 
     Bounded by age and size, as it runs: after every `purge_every` rows it stores, a
     process deletes the expired rows and, past `max_rows`, the oldest ones (about
-    400 bytes a row: the default 1,000,000 rows is some 400 MB of disk).
+    470 bytes a row: the default 1,000,000 rows is some 470 MB of disk).
 
     With `write_behind_rows` > 1, stored rows are held in memory (and found by
     lookups) until that many are pending, then written in one transaction: a commit

@@ -10,9 +10,9 @@ Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`, 20,
 rollouts, 2 cores): one more row per distinct (response, gold, options) beside the
 answer layer's row per distinct answer; the file held 532 bytes per rollout (473 a
 row, both layers), within the cache's `max_rows` bound; a re-grade took 55 us of
-CPU per rollout against 241 for the cold run (4.3x its throughput); the cold run
-cost 18% more CPU than one without the cache (241 against 204 us: storing a row in
-SQLite is some 10 us), its throughput the same (1.06x). Kept to the embedded cache:
+CPU per rollout against 241 for the cold run (2.9-4.3x its throughput over several
+runs); the cold run cost 9-18% more CPU than one without the cache (storing a row in
+SQLite is some 8-10 us), its throughput 0.76-1.06x of it. Kept to the embedded cache:
 on a fleet the rows would go to the Redis that also carries the broker's queues.
 """
 

@@ -130,6 +130,17 @@ def test_local_pool_batch_queued_behind_a_lost_one_is_not_charged() -> None:
     assert all(v.correct for v in again)
 
 
+def test_local_pool_identical_texts_read_as_two_answers_are_as_grade_says() -> None:
+    # A text graded against itself: as an answer it is \boxed{6}, as a gold 5.
+    text = "#### 5\n\\boxed{6}"
+    with LocalPool(
+        processes=1, item_timeout_s=5.0, item_memory_bytes=512 * MIB, cache_path=None
+    ) as pool:
+        (verdict,) = pool.grade([GradeItem(0, text, text)], OPTIONS)
+    assert verdict == verifier.grade(text, text)
+    assert verdict.status is Status.UNSUPPORTED
+
+
 def test_local_pool_close_leaves_no_processes() -> None:
     pool = make_pool()
     pool.grade([GradeItem(0, "\\boxed{1}", "1")], OPTIONS)

@@ -48,6 +48,7 @@ __all__ = [
     "decide",
     "grade",
     "grade_answer",
+    "identical_never_wrong",
     "prepare",
     "verdict_from",
 ]
@@ -233,13 +234,14 @@ def grade(
         raise TypeError(f"response must be str, not {type(response).__name__}")
     gold_text = exact_gold_text(gold)
     verdict = decide(prepare(response, gold_text, options=options), options=options)
-    return _identical_never_wrong(verdict, response, gold_text)
+    return identical_never_wrong(verdict, response, gold_text)
 
 
-def _identical_never_wrong(verdict: Verdict, answer: str, gold: str) -> Verdict:
+def identical_never_wrong(verdict: Verdict, answer: str, gold: str) -> Verdict:
     """The same text, read once as an answer (markers, fallbacks) and once as a gold
     (its own extraction), can give two answers: identical text is then a refusal,
-    never `wrong`."""
+    never `wrong`. Part of `grade()`; a caller that decides through `prepare` and
+    `decide` (the sandbox, the cache) applies it per item, with the item's texts."""
     if verdict.status is not Status.WRONG or answer.strip() != gold.strip():
         return verdict
     return dataclasses.replace(
@@ -269,4 +271,4 @@ def grade_answer(
         prepared = _prepared(text or None, method, bool(text), reason, gold)
     except Exception as exc:  # a grader bug becomes an `error` verdict, never a crash
         prepared = _broken(exc)
-    return _identical_never_wrong(decide(prepared, options=options), answer, gold)
+    return identical_never_wrong(decide(prepared, options=options), answer, gold)

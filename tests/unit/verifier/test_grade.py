@@ -18,7 +18,7 @@ from workers.verifier.pipeline import _parse_gold_cached
 def test_grade_public_names() -> None:
     assert set(verifier.__all__) == {
         "GRADER_VERSION", "Prepared", "decide", "grade", "grade_answer", "prepare",
-        "verdict_from",
+        "verdict_from", "identical_never_wrong",
     }  # fmt: skip
 
 
