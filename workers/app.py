@@ -22,6 +22,7 @@ from workers.lanes import LaneCycle
 from workers.runtime import configure, forget_runtime, get_runtime
 from workers.sandbox import warm_up_verifier
 from workers.settings import WorkerSettings
+from workers.timers import TimerPurge
 
 __all__ = ["create_app"]
 
@@ -118,6 +119,8 @@ def create_app(settings: WorkerSettings) -> Celery:
         task_time_limit=hard_s,
         worker_send_task_events=False,
     )
+    # Cancelled time-limit timers would stay in the heap until due (workers.timers).
+    app.steps["worker"].add(TimerPurge)
     worker_init.connect(_on_worker_init, weak=False, dispatch_uid="gf-worker-init")
     worker_process_init.connect(_on_process_init, weak=False, dispatch_uid="gf-init")
     worker_process_shutdown.connect(
