@@ -5,6 +5,7 @@ are `workers.cache`. The Redis key of a digest is `protocol.result_key`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,14 @@ end
 # while it runs, so each call stays short.
 _REDIS_SCRIPT_CHUNK = 256
 
+# On a server that refuses writes when full (`maxmemory` with `noeviction`: a broker
+# must not evict queued tasks), the cache stops storing once the server is this full,
+# so it never takes the last of the memory the queue needs; its entries still expire
+# by their TTL. An evicting server (`allkeys-lru`, a cache of its own) is not limited.
+DEFAULT_MAX_FILL = 0.5
+# How often the fill is read (one INFO memory): stores in between trust the last read.
+_FILL_CHECK_EVERY_S = 5.0
+
 
 class RedisResultCache:
     """Results in Redis: one MGET per lookup, one Lua script per store (SET EX of every
@@ -49,6 +58,10 @@ class RedisResultCache:
     by anyone without the key, or copied from another key) is a miss, reported to
     `on_rejected` with how many, and is overwritten when the item is graded again.
 
+    On a server with `maxmemory` and the `noeviction` policy (a broker), stores are
+    skipped while it is more than `max_fill` full (`DEFAULT_MAX_FILL`), read with
+    INFO memory every `fill_check_every_s`: a cache sharing the broker never fills it.
+
     Raises:
         CacheError: on any Redis error (callers degrade to grading without cache).
     """
@@ -61,9 +74,18 @@ class RedisResultCache:
         namespace: str = "gradefleet",
         keyring: Keyring | None = None,
         on_rejected: Callable[[int], None] | None = None,
+        max_fill: float = DEFAULT_MAX_FILL,
+        fill_check_every_s: float = _FILL_CHECK_EVERY_S,
     ) -> None:
         if ttl_s < 1:
             raise ValueError(f"ttl_s must be >= 1 s, got {ttl_s}")
+        if not 0 < max_fill <= 1:
+            raise ValueError(f"max_fill must be in (0, 1], got {max_fill}")
+        self._max_fill = max_fill
+        self._fill_check_every_s = fill_check_every_s
+        self._fill_checked_at: float | None = None
+        self._too_full = False
+        self.skipped_full = 0  # entries not stored because the server was too full
         self._redis = redis_client
         self._ttl_s = ttl_s
         self._namespace = namespace
@@ -111,6 +133,9 @@ class RedisResultCache:
     def set_many(self, entries: Mapping[str, dict[str, Any]]) -> None:
         if not entries:
             return
+        if self._server_too_full():
+            self.skipped_full += len(entries)
+            return
         names = [result_key(key, self._namespace) for key in entries]
         values = [
             self._seal(key, _encode_entry(entry)) for key, entry in entries.items()
@@ -122,6 +147,41 @@ class RedisResultCache:
                 self._set_pipelined(names, values)
         except redis.RedisError as exc:
             raise CacheError(f"redis SET of {len(names)} keys failed: {exc}") from exc
+
+    def _server_too_full(self) -> bool:
+        """Whether a `noeviction` server is past `max_fill` (as of the last read)."""
+        now = time.monotonic()
+        if (
+            self._fill_checked_at is not None
+            and now - self._fill_checked_at < self._fill_check_every_s
+        ):
+            return self._too_full
+        self._fill_checked_at = now
+        try:
+            memory = self._redis.info("memory")
+        except redis.RedisError:
+            # INFO refused (an ACL user) or the server down: store as before (a
+            # down server fails the store itself, with its error).
+            self._too_full = False
+            return False
+        max_bytes = int(memory.get("maxmemory", 0) or 0)
+        policy = str(memory.get("maxmemory_policy", ""))
+        used_bytes = int(memory.get("used_memory", 0) or 0)
+        was_full = self._too_full
+        self._too_full = (
+            max_bytes > 0
+            and policy == "noeviction"
+            and used_bytes > self._max_fill * max_bytes
+        )
+        if self._too_full and not was_full:
+            log.warning(
+                "result cache: the server is %.0f%% full (noeviction, maxmemory %d "
+                "bytes); not storing results until it is below %.0f%%",
+                100 * used_bytes / max_bytes,
+                max_bytes,
+                100 * self._max_fill,
+            )
+        return self._too_full
 
     def _set_scripted(self, names: list[str], values: list[str]) -> None:
         """SET EX through the script; through a pipeline if the server refuses it."""

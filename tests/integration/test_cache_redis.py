@@ -86,3 +86,28 @@ def test_cache_redis_unreachable_raises_cache_error() -> None:
     with pytest.raises(CacheError, match="SET"):
         cache.set_many({"a" * 64: ENTRY})
     client.close()
+
+
+@pytest.mark.parametrize(
+    ("policy", "stored_when_full"), [("noeviction", False), ("allkeys-lru", True)]
+)
+def test_cache_redis_stops_storing_in_a_full_noeviction_server(
+    start_redis_server: Any, policy: str, stored_when_full: bool
+) -> None:
+    # Given a server of 16 MiB, over half of it taken by other data (a broker's queue)
+    url = start_redis_server("--maxmemory", "16mb", "--maxmemory-policy", policy)
+    client: redis.Redis[bytes] = redis.Redis.from_url(url)
+    fillers = [f"queue-filler-{n}" for n in range(10)]
+    for name in fillers:  # 1 MiB each: a bigger value's query buffer hits maxmemory
+        client.set(name, b"x" * (1024 * 1024))
+    cache = RedisResultCache(client, max_fill=0.5, fill_check_every_s=0.0)
+    # When results are stored
+    cache.set_many({"a" * 64: ENTRY})
+    # Then a noeviction server (a broker) gets none of them past half full, an
+    # evicting one does
+    assert (client.get(result_key("a" * 64)) is not None) == stored_when_full
+    assert cache.skipped_full == (0 if stored_when_full else 1)
+    # and once the memory is freed, the cache stores again
+    client.delete(*fillers)
+    cache.set_many({"b" * 64: ENTRY})
+    assert client.get(result_key("b" * 64)) is not None
