@@ -17,7 +17,7 @@ import re
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -124,12 +124,17 @@ def rows_from_record(
 
 
 def _has_float(value: object) -> bool:
-    """Whether a parsed JSON value holds a float anywhere (iteratively: no depth
-    limit)."""
+    """Whether a parsed JSON value holds a float anywhere."""
+    return _any_float(value, lambda _: True)
+
+
+def _any_float(value: object, test: Callable[[float], bool]) -> bool:
+    """Whether a float for which `test` holds sits anywhere in `value` (parsed JSON;
+    iteratively: no depth limit)."""
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, float):
+        if isinstance(item, float) and test(item):
             return True
         if isinstance(item, dict):
             stack.extend(item.values())
@@ -311,16 +316,7 @@ def _stdlib_line(record: Mapping[str, Any]) -> str:
 
 def _has_non_finite_float(value: Any) -> bool:
     """Whether a NaN or an infinity sits anywhere in `value` (parsed JSON)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return True
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+    return _any_float(value, lambda item: not math.isfinite(item))
 
 
 @contextlib.contextmanager
