@@ -6,6 +6,7 @@ and prints its recovery time (no timed assertions: a loaded 2-core machine runs 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from subprocess import PIPE
 from typing import Any
@@ -94,12 +96,20 @@ def test_broker_oom_mid_job_is_waited_out_and_the_job_resumes(
 _CLI = [sys.executable, "-c", "from producer.cli import main; main()"]
 
 
-def _gradefleet(*args: str) -> subprocess.Popen[bytes]:
-    """`gradefleet ARGS` in its own process (stdout and stderr piped)."""
+@contextlib.contextmanager
+def _gradefleet(*args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`gradefleet ARGS` in its own process (stdout and stderr piped), killed if the
+    block leaves while it still runs (a failed or timed-out test: Popen's own exit
+    would wait for it, and a run against a dead broker waits out its deadline)."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.Popen(
+    with subprocess.Popen(
         [*_CLI, *args], cwd=REPO_ROOT, env=env, stdout=PIPE, stderr=PIPE
-    )
+    ) as run:
+        try:
+            yield run
+        finally:
+            if run.poll() is None:
+                run.kill()
 
 
 def _gradefleet_rc(*args: str) -> int:
