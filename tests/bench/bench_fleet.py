@@ -26,6 +26,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet_procs import (
+    HOSTILE,
     Worker,
     prompts_with_samples,
     real_rollouts,
@@ -38,16 +39,6 @@ from workers import verifier
 from workers.models import GradeOptions, Verdict
 from workers.sizing import MAX_AUTO_BATCH_SIZE
 
-HOSTILE = [
-    "\\boxed{9^{9^{9^{9}}}}",
-    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
-    "\\boxed{1000000!}",
-    "\\boxed{10^{10^{100}}}",
-    "\\boxed{" + "(" * 5_000 + "1" + ")" * 5_000 + "}",
-    "\\boxed{" + "9" * 200_000 + "}",
-    "\\boxed{" + "x+" * 20_000 + "1}",
-    "\\boxed{\\frac{" * 2_000 + "1" + "}{2}" * 2_000 + "}",
-]
 HANG = "\\boxed{__gradefleet_test_hang__ %d}"
 
 

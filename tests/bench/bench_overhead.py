@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet_procs import (
+    HOSTILE,
     REPO_ROOT,
     prompts_with_samples,
     real_rollouts,
@@ -522,17 +523,6 @@ def _proc_cpu_s(pid: int) -> float:
 
 
 # --- --hostile: the 8,192-rollout step with hostile items ---
-
-HOSTILE = [
-    "\\boxed{9^{9^{9^{9}}}}",
-    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
-    "\\boxed{1000000!}",
-    "\\boxed{10^{10^{100}}}",
-    "\\boxed{" + "(" * 5_000 + "1" + ")" * 5_000 + "}",
-    "\\boxed{" + "9" * 200_000 + "}",
-    "\\boxed{" + "x+" * 20_000 + "1}",
-    "\\boxed{\\frac{" * 2_000 + "1" + "}{2}" * 2_000 + "}",
-]
 
 
 def hostile_step(work: Path, fleet: Fleet | None, reps: int) -> None:

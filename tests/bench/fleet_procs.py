@@ -1,6 +1,7 @@
 """Fleet benchmark processes: a private redis-server and `python -m workers` nodes.
 
-Also loads the real rollouts from tests/data.
+Also loads the real rollouts from tests/data, and holds the hostile answers the
+benches mix in.
 """
 
 from __future__ import annotations
@@ -17,6 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+
+# Answers that would run for minutes or grow without bound without the verifier's
+# input bounds and the per-item deadline (the hostile-step sections of bench_fleet
+# and bench_overhead).
+HOSTILE = [
+    "\\boxed{9^{9^{9^{9}}}}",
+    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
+    "\\boxed{1000000!}",
+    "\\boxed{10^{10^{100}}}",
+    "\\boxed{" + "(" * 5_000 + "1" + ")" * 5_000 + "}",
+    "\\boxed{" + "9" * 200_000 + "}",
+    "\\boxed{" + "x+" * 20_000 + "1}",
+    "\\boxed{\\frac{" * 2_000 + "1" + "}{2}" * 2_000 + "}",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # For `tests.helpers`: a script has only its own folder on the path.
