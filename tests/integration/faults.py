@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from celery import Celery
 
 from producer.client import GradingClient
 from tests.helpers import free_port, real_rollouts
-from workers.models import Verdict
+from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items, sign_task
+from workers.models import GradeOptions, Verdict
+from workers.signing import Keyring, items_digest
 
 NO_CACHE = {"GRADEFLEET_CACHE_URL": "none"}
 
@@ -120,3 +123,33 @@ def metered_worker(
     }
     worker = make_workers(url).start(concurrency=concurrency, extra_env=env)
     return worker, port
+
+
+def publish_batch(
+    url: str,
+    batch_id: str,
+    items: list[tuple[int, str, str]],
+    *,
+    keyring: Keyring | None = None,
+) -> str:
+    """Store a batch's items and queue its task as a producer does (job id: the part
+    of `batch_id` before the dot; signed when a `keyring` is given); returns the
+    items digest."""
+    wire, items_json = detach_items(
+        batch_to_wire(
+            job_id=batch_id.split(".")[0],
+            batch_id=batch_id,
+            items=items,
+            options=GradeOptions(),
+            enqueued_at=time.time(),
+        )
+    )
+    if keyring is not None:
+        wire = sign_task(wire, items_json, keyring)
+    redis.Redis.from_url(url).set(wire["items_key"], items_json, ex=600)
+    app = Celery("producer", broker=url, set_as_current=False)
+    try:
+        app.send_task(GRADE_BATCH, args=[wire], task_id=batch_id, queue=QUEUE)
+    finally:
+        app.close()
+    return items_digest(items_json)

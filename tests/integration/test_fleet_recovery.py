@@ -20,6 +20,7 @@ from tests.integration.faults import (
     fleet_rollouts,
     metered_worker,
     plain,
+    publish_batch,
 )
 from workers.models import Verdict
 
@@ -95,30 +96,6 @@ def test_recovery_worker_refused_by_broker_exits_non_zero(
     assert "stopped by an unrecoverable error" in worker.log()
 
 
-def _publish(url: str, batch_id: str, items: list[tuple[int, str, str]]) -> None:
-    """Store a batch's items and queue its task (job id: before the dot)."""
-    from celery import Celery
-
-    from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items
-    from workers.models import GradeOptions
-
-    wire, items_json = detach_items(
-        batch_to_wire(
-            job_id=batch_id.split(".")[0],
-            batch_id=batch_id,
-            items=items,
-            options=GradeOptions(),
-            enqueued_at=time.time(),
-        )
-    )
-    redis.Redis.from_url(url).set(wire["items_key"], items_json, ex=600)
-    app = Celery("producer", broker=url, set_as_current=False)
-    try:
-        app.send_task(GRADE_BATCH, args=[wire], task_id=batch_id, queue=QUEUE)
-    finally:
-        app.close()
-
-
 def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
     restartable: Any, make_workers: Any, tmp_path: Path
 ) -> None:
@@ -129,7 +106,7 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
     worker, port = metered_worker(make_workers, server.url, tmp_path, concurrency=1)
     items = [(n, r["response"], r["gold"]) for n, r in enumerate(fleet_rollouts(32))]
     client = redis.Redis.from_url(server.url)
-    _publish(server.url, "j.0", items)
+    publish_batch(server.url, "j.0", items)
     deadline = time.monotonic() + 60
     while client.get(task_meta_key("j.0")) is None or b"SUCCESS" not in (
         client.get(task_meta_key("j.0")) or b""
@@ -137,8 +114,8 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
         assert time.monotonic() < deadline, worker.log()
         time.sleep(0.05)
     # When two more copies of it are delivered (re-sends after a lost worker)
-    _publish(server.url, "j.0", items)
-    _publish(server.url, "j.0", items)
+    publish_batch(server.url, "j.0", items)
+    publish_batch(server.url, "j.0", items)
     while worker.log().count("acknowledged without grading") < 2:
         assert time.monotonic() < deadline, worker.log()
         time.sleep(0.05)
@@ -174,15 +151,15 @@ def test_recovery_copy_delivered_while_graded_is_not_graded_twice(
     items = [(n, response, gold) for n, (response, gold) in enumerate(texts)]
     client = redis.Redis.from_url(server.url)
 
-    _publish(server.url, "clean.0", items)
+    publish_batch(server.url, "clean.0", items)
     clean = wait_until(
         lambda: _stored_result(client, "clean.0"), timeout_s=90, what=worker.log()
     )
     graded_before = counter_total(port, "gradefleet_rollouts_graded_total")
     # When the same batch is delivered twice at once (both processes take one)
     started = time.monotonic()
-    _publish(server.url, "twice.0", items)
-    _publish(server.url, "twice.0", items)
+    publish_batch(server.url, "twice.0", items)
+    publish_batch(server.url, "twice.0", items)
 
     def skipped() -> float:
         return counter_total(port, "gradefleet_batches_skipped_total")

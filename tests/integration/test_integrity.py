@@ -17,9 +17,10 @@ from celery import Celery
 
 from producer.client import GradingClient
 from tests.helpers import free_port
+from tests.integration.faults import publish_batch
 from workers import verifier
 from workers.cache import cache_keyer
-from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items, sign_task
+from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items
 from workers.models import GradeOptions, Verdict
 from workers.protocol import (
     partial_key,
@@ -120,33 +121,6 @@ def test_integrity_poisoned_cache_entry_is_ignored_and_regraded(
         assert client.get(name).startswith(KEYRING.signing_id.encode() + b":")
 
 
-def _send_signed(
-    url: str, job_id: str, batch_id: str, items: list[tuple[int, str, str]]
-) -> str:
-    """Publish one batch as a key-holding producer does; returns its items digest."""
-    wire, items_json = detach_items(
-        batch_to_wire(
-            job_id=job_id,
-            batch_id=batch_id,
-            items=items,
-            options=GradeOptions(),
-            enqueued_at=time.time(),
-        )
-    )
-    redis.Redis.from_url(url).set(wire["items_key"], items_json, ex=600)
-    app = Celery("producer", broker=url, set_as_current=False)
-    try:
-        app.send_task(
-            GRADE_BATCH,
-            args=[sign_task(wire, items_json, KEYRING)],
-            task_id=batch_id,
-            queue=QUEUE,
-        )
-    finally:
-        app.close()
-    return items_digest(items_json)
-
-
 def _wait_result(client: redis.Redis[bytes], batch_id: str) -> Any:
     deadline = time.monotonic() + _WAIT_S
     while time.monotonic() < deadline:
@@ -189,7 +163,7 @@ def test_integrity_forged_partial_hash_is_ignored_and_regraded(
     forged["15"] = f"{copied}|{text}"
     client.hset(partial_key(batch_id), mapping=forged)
     # When a key-holding producer sends that batch
-    sent_digest = _send_signed(url, job_id, batch_id, items)
+    sent_digest = publish_batch(url, batch_id, items, keyring=KEYRING)
     meta = _wait_result(client, batch_id)
     # Then the forged verdicts are ignored (all 16 counted) and every item graded
     assert sent_digest == digest
