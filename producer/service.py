@@ -303,9 +303,7 @@ def create_app(
     app.get("/healthz")(routes.healthz)
     app.get("/readyz")(routes.readyz)
     app.get("/metrics")(routes.metrics)
-    fast = FastGrade(
-        app, routes.grade_call, reward, lambda: grader.coalescer.grader_version
-    )
+    fast = FastGrade(app, grader.coalescer, routes.call_deadline_s, reward)
     wrapped: ASGIApp = _BodyLimitMiddleware(fast, max_body_bytes)
     if token:
         wrapped = _AuthMiddleware(wrapped, token)
@@ -359,15 +357,19 @@ class _Routes:
         work = self.grader.grade_pairs(pairs, deadline_s=self._deadline_s(header_s))
         return await unless_disconnected(request.receive, work)
 
+    def call_deadline_s(self, call: GradeCall, header_s: float | None) -> float:
+        """A validated `/v1/grade` call's deadline (both paths use it)."""
+        return self._deadline_s(call.deadline_s, header_s)
+
     def grade_call(
         self, call: GradeCall, header_s: float | None
     ) -> Awaitable[list[Verdict]]:
-        """Grade a validated `/v1/grade` call (both paths come here)."""
+        """Grade a validated `/v1/grade` call on the FastAPI route."""
         return self.grader.grade_pairs(
             call.pairs,
             options=call.options,
             lane=call.lane,
-            deadline_s=self._deadline_s(call.deadline_s, header_s),
+            deadline_s=self.call_deadline_s(call, header_s),
         )
 
     async def grade(self, request: Request, body: GradeRequest) -> Response:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from producer.coalesce import Coalescer, OverloadedError
+from producer.coalesce import Coalescer, OverloadedError, wait_for_items
 from workers.lanes import BULK, INTERACTIVE, Lane
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 
@@ -186,3 +186,44 @@ def test_lanes_never_share_a_batch_and_reach_the_backend() -> None:
     recorder = asyncio.run(run())
     batches = sorted(zip(recorder.lanes, recorder.batches, strict=True))
     assert batches == [(BULK, [("2", "2"), ("3", "3")]), (INTERACTIVE, [("1", "1")])]
+
+
+def test_a_submitter_that_stops_waiting_frees_its_items_only() -> None:
+    """`submit` + `wait_for_items(unless=...)` + `collect`, as the HTTP route uses
+    them: the watched future ends the wait at once, nothing else is cancelled, and
+    collecting drops the leaver's items from their batch."""
+
+    async def run() -> tuple[list[Verdict], list[Verdict], Recorder, Coalescer]:
+        recorder = Recorder()
+        coalescer = Coalescer(recorder, max_batch_items=10, max_delay_s=0.05)
+        leaver = coalescer.submit([("a", "a"), ("b", "b")], OPTIONS)
+        stayer = coalescer.submit([("c", "c")], OPTIONS)
+        gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.001, gone.set_result, None)
+        await wait_for_items(leaver, 10.0, unless=gone)
+        assert not any(future.done() for future in leaver + stayer)
+        left = coalescer.collect(leaver, 10.0)
+        await wait_for_items(stayer, 10.0)
+        return left, coalescer.collect(stayer, 10.0), recorder, coalescer
+
+    left, stayed, recorder, coalescer = asyncio.run(run())
+    assert [v.status for v in left] == [Status.TIMEOUT, Status.TIMEOUT]
+    assert [v.status for v in stayed] == [Status.CORRECT]
+    assert recorder.batches == [[("c", "c")]]
+    assert coalescer.backlog_items == 0
+
+
+def test_waiting_for_items_ends_at_the_timeout() -> None:
+    async def run() -> float:
+        recorder = Recorder()
+        recorder.gate.clear()  # the backend holds every batch
+        coalescer = Coalescer(recorder, max_delay_s=0.001)
+        futures = coalescer.submit([("x", "x")], OPTIONS)
+        started = asyncio.get_running_loop().time()
+        await wait_for_items(futures, 0.05)
+        waited_s = asyncio.get_running_loop().time() - started
+        assert not futures[0].done()
+        coalescer.collect(futures, 0.05)
+        return waited_s
+
+    assert 0.04 <= asyncio.run(run()) < 5.0

@@ -20,6 +20,7 @@ from producer.grade_route import (
     parse_grade_body,
 )
 from producer.schemas import GradeRequest, GradeResponse
+from workers.contract import MAX_TEXT_CHARS
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 
 TEXT = st.text(max_size=20) | st.sampled_from(["\\boxed{4}", "4", "", "\x00", "é"])
@@ -89,12 +90,25 @@ def test_fast_path_accepts_only_what_the_schema_accepts_and_reads_it_alike(
         b'{"items": [{"response": 3, "gold": "1"}]}',
         b'{"items": [{"response": "1", "gold": true}]}',
         b'{"items": [{"response": "1"}]}',
+        b'{"items": [{"response": "%s", "gold": "1"}]}' % (b"x" * (MAX_TEXT_CHARS + 1)),
+        b'{"items": [{"response": "1", "responses": ["2"]}]}',
         b'{"items": [], "deadline_s": 0}',
         b'{"items": [], "deadline_s": NaN}',
         b'{"items": [], "options": {"priority": "urgent"}}',
         b"{not json",
     ],
-    ids=["unknown", "int-text", "bool-gold", "no-gold", "zero", "nan", "lane", "json"],
+    ids=[
+        "unknown",
+        "int-text",
+        "bool-gold",
+        "no-gold",
+        "too-long",
+        "two-responses",
+        "zero",
+        "nan",
+        "lane",
+        "json",
+    ],
 )
 def test_doubtful_bodies_go_to_the_validating_route(body: bytes) -> None:
     assert parse_grade_body(body) is None
@@ -111,6 +125,17 @@ def test_plain_request_is_read_with_lane_and_deadline() -> None:
     assert call.pairs == [("\\boxed{4}", "4")]
     assert call.options == GradeOptions(allow_fallback=False)
     assert (call.lane, call.deadline_s) == ("bulk", 2.0)
+
+
+def test_plain_item_is_read_as_is() -> None:
+    call = parse_grade_body(b'{"items": [{"response": "\\\\boxed{4}", "gold": " 4"}]}')
+    assert call is not None
+    assert call.pairs == [("\\boxed{4}", " 4")]
+    assert (call.options, call.lane, call.deadline_s) == (
+        GradeOptions(),
+        "interactive",
+        None,
+    )
 
 
 def test_header_deadline_is_checked() -> None:
