@@ -179,6 +179,7 @@ def serve(
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         default_deadline_s=deadline_s,
         extra_collectors=collectors,
+        freeze_gc=True,
     )
     where = redact_url(broker) if broker else "embedded pool"
     click.echo(
