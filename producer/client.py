@@ -19,7 +19,7 @@ from kombu.exceptions import OperationalError
 
 from producer.board import TTL_S, JobBoard
 from producer.errors import BrokerRefusedError, BrokerUnavailableError, ProducerError
-from producer.job import Batch, GradingJob, OnDeadline, Progress
+from producer.job import Batch, GradingJob, OnDeadline, Progress, ServerRunId
 from producer.rollouts import validate_rollouts
 from producer.settings import DEFAULT_REFUSED_LIMIT_S
 from workers.connections import RedisClients, celery_endpoint, redis_client
@@ -173,6 +173,7 @@ class GradingClient:
         self._items_ttl_s = max(DEFAULT_ITEMS_TTL_S, int(2 * (deadline_s or 0)))
         self._app = _producer_app(broker_url)
         self._board = JobBoard(self._broker_redis, ttl_s=job_ttl_s)
+        self._run_id = ServerRunId(self._results)
         self.refused_limit_s = refused_limit_s
 
     def __enter__(self) -> GradingClient:
@@ -252,6 +253,7 @@ class GradingClient:
             keyring=self._keyring,
             broker_watch=self._board,
             refused_limit_s=self.refused_limit_s,
+            run_id=self._run_id,
         )
         try:
             # On the board before its first batch is published: a worker skips a

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
+import orjson
+
 from workers.errors import InvalidRequestError
 from workers.models import GradeOptions
 from workers.protocol import SCHEMA_VERSION, batch_items_key
@@ -133,8 +135,14 @@ def detach_items(wire: WireBatch) -> tuple[WireBatch, str]:
     detached = wire.copy()
     items = detached.pop("items", [])
     detached["items_key"] = batch_items_key(wire["batch_id"])
-    # ASCII-only JSON: model text may hold lone surrogates, which UTF-8 cannot carry.
-    return detached, json.dumps(items)
+    try:
+        # orjson: a quarter of `json.dumps`'s CPU for real rollouts (70 vs 240 us
+        # for 64 of them), paid by the producer's one publishing thread per batch.
+        return detached, orjson.dumps(items).decode()
+    except orjson.JSONEncodeError:
+        # Model text may hold lone surrogates, which UTF-8 cannot carry: then
+        # ASCII-only JSON (escapes), which any JSON reader decodes to the same.
+        return detached, json.dumps(items)
 
 
 def _task_mac_parts(

@@ -80,6 +80,17 @@ def test_contract_items_by_reference_round_trip():
     assert "items" in wire  # the producer's own wire is left untouched
 
 
+def test_contract_items_payload_is_utf8_json_without_lone_surrogates():
+    # Given non-ASCII text without lone surrogates (the usual model text)
+    wire = _wire()
+    wire["items"][1]["response"] = "b é ∑ \\boxed{½}"
+    detached, items_json = detach_items(wire)
+    # Then the payload is JSON that decodes to the very same items
+    assert json.loads(items_json.encode("utf-8")) == wire["items"]
+    request = batch_from_wire(attach_items(detached, items_json.encode("utf-8")))
+    assert request == batch_from_wire(wire)
+
+
 def test_contract_inline_items_have_no_reference():
     assert items_reference(_wire()) is None
 
