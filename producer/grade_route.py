@@ -39,6 +39,7 @@ __all__ = [
     "header_deadline_s",
     "overloaded_headers",
     "parse_grade_body",
+    "too_large_detail",
     "unless_disconnected",
 ]
 
@@ -199,15 +200,23 @@ async def unless_disconnected(
     return task.result()
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body; None if the client left while sending it."""
-    chunks = []
+def too_large_detail(limit: int) -> str:
+    """The `detail` of a 413 (every route's)."""
+    return f"request body larger than {limit} bytes"
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body, or its first part once over `limit` bytes; None if the
+    client left while sending it."""
+    chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False) or size > limit:
             return b"".join(chunks)
 
 
@@ -219,12 +228,18 @@ class FastGrade:
     waits on their futures, its deadline and a watch for the client's disconnect
     together (`wait_for_items`): no task per call beyond that watch.
 
+    A body over `max_body_bytes` (by its Content-Length, or once that much has
+    arrived) is refused here with a 413, as the service's body-limit layer, which
+    sits under this one, refuses it on the other routes: a request graded here
+    pays for no such layer.
+
     Args:
         app: the FastAPI application (documents the route and answers its errors).
         coalescer: where the items are graded (the grader's, shared with `app`).
         deadline_s: a call's deadline in seconds, given the deadline header's
             seconds (or None).
         reward: the reward mapping for `score`.
+        max_body_bytes: the largest body graded here.
     """
 
     def __init__(
@@ -233,11 +248,13 @@ class FastGrade:
         coalescer: Coalescer,
         deadline_s: Callable[[GradeCall, float | None], float],
         reward: RewardConfig,
+        max_body_bytes: int,
     ) -> None:
         self.app = app
         self._coalescer = coalescer
         self._deadline_s = deadline_s
         self._reward = reward
+        self._max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -247,15 +264,24 @@ class FastGrade:
         ):
             await self.app(scope, receive, send)
             return
-        body = await _read_body(receive)
-        if body is None:
-            return  # the client is gone: nobody to answer
-        header, json_body = None, False
+        header, json_body, length = None, False, None
         for name, value in scope["headers"]:
             if name == _DEADLINE_HEADER_RAW:
                 header = value
             elif name == b"content-type":
                 json_body = _is_json(value)
+            elif name == b"content-length":
+                length = value
+        limit = self._max_body_bytes
+        if length is not None and length.isdigit() and int(length) > limit:
+            await _send(send, 413, orjson.dumps({"detail": too_large_detail(limit)}))
+            return
+        body = await _read_body(receive, limit)
+        if body is None:
+            return  # the client is gone: nobody to answer
+        if len(body) > limit:
+            await _send(send, 413, orjson.dumps({"detail": too_large_detail(limit)}))
+            return
         # FastAPI refuses a body not labelled JSON (a browser page cannot send JSON
         # cross-site without a preflight); the route gives that 422 too.
         call = parse_grade_body(body) if json_body else None

@@ -30,7 +30,6 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
-    Counter,
     Gauge,
     Histogram,
     generate_latest,
@@ -59,9 +58,11 @@ from producer.grade_route import (
     encode_results,
     header_deadline_s,
     overloaded_headers,
+    too_large_detail,
     unless_disconnected,
 )
 from producer.grading import CoalescingGrader
+from producer.http_metrics import RequestStats
 from producer.schemas import (
     GradeRequest,
     GradeResponse,
@@ -101,24 +102,9 @@ class ServiceMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.requests = Counter(
-            "gradefleet_http_requests",
-            "HTTP requests answered, by route and status code.",
-            ["route", "code"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "gradefleet_http_request_duration_seconds",
-            "Time to answer an HTTP request, by route.",
-            ["route"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120),
-            registry=self.registry,
-        )
-        self.in_flight = Gauge(
-            "gradefleet_http_requests_in_flight",
-            "HTTP requests being answered.",
-            registry=self.registry,
-        )
+        # Requests by route and code, latency, in flight (`RequestStats`).
+        self.http = RequestStats()
+        self.registry.register(self.http)
         self.batch_size = Histogram(
             "gradefleet_coalesced_batch_size",
             "Rollouts per batch the service sends to its backend (coalesced calls).",
@@ -144,23 +130,7 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 class _MetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
         self.app = app
-        self.metrics = metrics
-        # Labelled children kept: `labels()` takes a lock and checks its arguments
-        # on every call, a tenth of a one-item request's cost. Bounded: routes are
-        # `_ROUTES` plus "other", codes a handful.
-        self._counters: dict[tuple[str, int], Any] = {}
-        self._timers: dict[str, Any] = {}
-
-    def _count(self, route: str, code: int, seconds: float) -> None:
-        counter = self._counters.get((route, code))
-        if counter is None:
-            counter = self.metrics.requests.labels(route, str(code))
-            self._counters[(route, code)] = counter
-        counter.inc()
-        timer = self._timers.get(route)
-        if timer is None:
-            timer = self._timers[route] = self.metrics.latency.labels(route)
-        timer.observe(seconds)
+        self.stats = metrics.http
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -177,12 +147,13 @@ class _MetricsMiddleware:
                 code = int(message["status"])
             await send(message)
 
-        self.metrics.in_flight.inc()
+        stats = self.stats
+        stats.in_flight += 1
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            self.metrics.in_flight.dec()
-            self._count(route, code, time.perf_counter() - started)
+            stats.in_flight -= 1
+            stats.observe(route, code, time.perf_counter() - started)
 
 
 class _AuthMiddleware:
@@ -252,7 +223,7 @@ class _BodyLimitMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         reply = JSONResponse(
-            {"detail": f"request body larger than {self.limit} bytes"},
+            {"detail": too_large_detail(self.limit)},
             status_code=413,
         )
         await reply(scope, receive, send)
@@ -319,8 +290,10 @@ def create_app(
     app.get("/healthz")(routes.healthz)
     app.get("/readyz")(routes.readyz)
     app.get("/metrics")(routes.metrics)
-    fast = FastGrade(app, grader.coalescer, routes.call_deadline_s, reward)
-    wrapped: ASGIApp = _BodyLimitMiddleware(fast, max_body_bytes)
+    limited = _BodyLimitMiddleware(app, max_body_bytes)
+    wrapped: ASGIApp = FastGrade(
+        limited, grader.coalescer, routes.call_deadline_s, reward, max_body_bytes
+    )
     if token:
         wrapped = _AuthMiddleware(wrapped, token)
     return _MetricsMiddleware(wrapped, metrics)

@@ -3,6 +3,7 @@ reads it the same way (hypothesis against `producer.schemas.GradeRequest`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -160,3 +161,77 @@ def test_encoded_reply_matches_the_documented_schema() -> None:
     GradeResponse.model_validate(reply)
     with pytest.raises(ValidationError):
         GradeResponse.model_validate({"results": [{}], "grader_version": "v1"})
+
+
+class _EchoBackend:
+    """Grades every item correct at once (the route's own work is under test)."""
+
+    max_in_flight = 1
+
+    async def grade_batch(
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: str
+    ) -> list[Verdict]:
+        verdict = Verdict(
+            correct=True,
+            status=Status.CORRECT,
+            format_valid=True,
+            extracted="4",
+            extraction_method=ExtractionMethod.BOXED,
+            grader_version="test",
+        )
+        return [verdict] * len(pairs)
+
+    async def ready(self) -> tuple[bool, str]:
+        return True, ""
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _post(chunks: list[bytes], *, length: bool, limit: int) -> int:
+    """The status of one POST /v1/grade through the whole ASGI app, its body sent
+    in `chunks` (with or without a Content-Length)."""
+    from producer.grading import CoalescingGrader
+    from producer.service import create_app
+
+    async def run() -> int:
+        app = create_app(
+            CoalescingGrader(backend=_EchoBackend(), max_delay_s=0.0),
+            max_body_bytes=limit,
+        )
+        headers = [(b"content-type", b"application/json")]
+        if length:
+            headers.append((b"content-length", str(sum(map(len, chunks))).encode()))
+        scope = {"type": "http", "method": "POST", "path": "/v1/grade"}
+        scope |= {"headers": headers, "query_string": b"", "root_path": ""}
+        messages = [
+            {"type": "http.request", "body": c, "more_body": k < len(chunks) - 1}
+            for k, c in enumerate(chunks)
+        ]
+        gone = asyncio.Event()
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop(0)
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        gone.set()
+        return int(sent[0]["status"])
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("length", [True, False], ids=["content-length", "chunked"])
+def test_body_limit_holds_on_the_fast_path(length: bool) -> None:
+    body = orjson.dumps({"items": [{"response": "\\boxed{4}", "gold": "4"}]})
+    assert _post([body], length=length, limit=len(body)) == 200
+    assert _post([body], length=length, limit=len(body) - 1) == 413
+    halves = [body[:10], body[10:]]
+    assert _post(halves, length=length, limit=len(body)) == 200
+    assert _post(halves, length=length, limit=len(body) - 1) == 413
