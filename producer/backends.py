@@ -291,34 +291,54 @@ class FleetBackend:
         return finished
 
     async def _collect(self) -> None:
-        """Wake on any job's done list, poll all jobs, resolve the finished ones."""
+        """Wake on any job's done list, poll the jobs, resolve the finished ones.
+
+        A popped done list names its job: only that one is polled then (the others
+        had no news; polling them cost a round trip each), and a new job only
+        joins the wait (it has no news yet). Every job is polled after a wait with
+        no news and at least every `_WAKE_WAIT_S` (failures and heartbeats push
+        nothing).
+        """
         from workers.connections import async_redis_client
-        from workers.protocol import job_done_key
 
         assert self._wake is not None
         if self._aredis is None:
             self._aredis = async_redis_client(self.broker_url)
+        news_of: str | None = None  # the job to poll ("": none); None: all of them
+        all_polled_at = 0.0
         while self._jobs:
             self._wake.clear()
-            for entry, outcome in await self._thread.run(
-                self._poll, [*self._jobs.values()]
-            ):
-                if entry.future.done():
-                    continue
-                if isinstance(outcome, BaseException):
-                    entry.future.set_exception(outcome)
-                else:
-                    entry.future.set_result(outcome)
-                self._jobs.pop(entry.job.job_id, None)
+            now = time.monotonic()
+            if news_of is None or now - all_polled_at >= _WAKE_WAIT_S:
+                entries, all_polled_at = [*self._jobs.values()], now
+            else:
+                entries = [e for e in (self._jobs.get(news_of),) if e is not None]
+            if entries:
+                for entry, outcome in await self._thread.run(self._poll, entries):
+                    if entry.future.done():
+                        continue
+                    if isinstance(outcome, BaseException):
+                        entry.future.set_exception(outcome)
+                    else:
+                        entry.future.set_result(outcome)
+                    self._jobs.pop(entry.job.job_id, None)
             if not self._jobs:
                 return
-            keys = [job_done_key(job_id) for job_id in self._jobs]
-            await self._wait(self._aredis, keys)
+            news_of = await self._wait(self._aredis, self._done_keys())
 
-    async def _wait(self, client: aioredis.Redis[bytes], keys: list[str]) -> None:
-        """Until a done list gets an id, a new job arrives, or `_WAKE_WAIT_S`."""
+    def _done_keys(self) -> dict[str, str]:
+        """The done list of every job in flight, to its job id."""
+        from workers.protocol import job_done_key
+
+        return {job_done_key(job_id): job_id for job_id in self._jobs}
+
+    async def _wait(
+        self, client: aioredis.Redis[bytes], keys: dict[str, str]
+    ) -> str | None:
+        """Until a done list of `keys` gets an id (returns its job id), a new job
+        arrives (returns ""), or `_WAKE_WAIT_S` passes (returns None)."""
         assert self._wake is not None
-        pop = asyncio.ensure_future(client.blpop(keys, timeout=_WAKE_WAIT_S))
+        pop = asyncio.ensure_future(client.blpop(list(keys), timeout=_WAKE_WAIT_S))
         woken = asyncio.ensure_future(self._wake.wait())
         try:
             await asyncio.wait({pop, woken}, return_when=asyncio.FIRST_COMPLETED)
@@ -327,11 +347,20 @@ class FleetBackend:
                 task.cancel()
                 # A cancelled BLPOP drops its connection (redis-py cannot tell
                 # whether the reply was read): it only costs a reconnect, and a
-                # popped id is only a wake-up, as the poll that follows reads all.
+                # popped id is only a wake-up (a finished batch stays in Redis
+                # until its job's poll, which every job gets within _WAKE_WAIT_S).
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        if pop.done() and not pop.cancelled() and pop.exception() is not None:
+        if not pop.done() or pop.cancelled():
+            return ""  # woken by a new job
+        if pop.exception() is not None:
             await asyncio.sleep(_WAKE_WAIT_S)  # Redis restarting: polls cover it
+            return None
+        reply = pop.result()
+        if reply is None:
+            return None
+        key = reply[0]
+        return keys.get(key.decode() if isinstance(key, bytes) else str(key))
 
     async def ready(self) -> tuple[bool, str]:
         """Broker answers and at least one worker replies to a ping (cached 2 s)."""

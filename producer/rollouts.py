@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from producer.errors import InvalidRolloutError
-from workers.contract import text_error
+from workers.contract import MAX_TEXT_CHARS, text_error
 from workers.models import exact_gold_text
 
 __all__ = ["validate_rollouts"]
@@ -18,6 +18,16 @@ __all__ = ["validate_rollouts"]
 def _texts(rollout: object, index: int) -> tuple[str, str]:
     response: object
     gold: object
+    if type(rollout) is dict:
+        # The usual shape (a service's coalesced batch is thousands of them a
+        # second): two texts, checked without the generic path's ABC test.
+        response, gold = rollout.get("response"), rollout.get("gold")
+        if (
+            type(response) is str
+            and type(gold) is str
+            and max(len(response), len(gold)) <= MAX_TEXT_CHARS
+        ):
+            return response, gold
     if isinstance(rollout, Mapping):
         response, gold = rollout.get("response"), rollout.get("gold")
     elif hasattr(rollout, "response") and hasattr(rollout, "gold"):
