@@ -52,10 +52,10 @@ __all__ = [
     "Summary",
     "atomic_output",
     "atomic_path",
-    "chunked",
     "dump_line",
     "expand_records",
     "graded_record",
+    "growing_chunks",
     "parse_line",
     "parse_record",
     "read_records",
@@ -239,13 +239,18 @@ def read_rows(
     return expand_records(read_records(stream, max_line_bytes=max_line_bytes), spec)
 
 
-def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    """Split `items` into lists of at most `size`, in order."""
-    if size < 1:
-        raise ValueError(f"chunk size must be >= 1, got {size}")
+def growing_chunks(
+    items: Iterable[T], first: int, growth: int, most: int
+) -> Iterator[list[T]]:
+    """Split `items` into lists of `first`, `first * growth`, ... up to `most` items
+    each, in order."""
+    if not 1 <= first <= most or growth < 1:
+        raise ValueError(f"bad chunk sizes: {first}, x{growth}, up to {most}")
     iterator = iter(items)
+    size = first
     while chunk := list(islice(iterator, size)):
         yield chunk
+        size = min(size * growth, most)
 
 
 def graded_record(row: InputRow, verdict: Verdict) -> dict[str, Any]:

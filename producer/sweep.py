@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from itertools import chain, islice
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -23,9 +23,9 @@ from producer.batching import (
     InputRow,
     LineError,
     Summary,
-    chunked,
     expand_records,
     graded_record,
+    growing_chunks,
 )
 from producer.errors import DeadlinePassedError, InputFormatError
 from producer.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
@@ -39,7 +39,7 @@ from workers.models import (
     Verdict,
     VerifyMethod,
 )
-from workers.sizing import CHUNK_ROWS
+from workers.sizing import CHUNK_ROWS, CHUNK_ROWS_GROWTH, FIRST_CHUNK_ROWS
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
@@ -209,7 +209,10 @@ def grade_file(
     late_lines: list[int] = []
     rows_in = expand_records(iter_records(input_path), spec)
     with ExitStack() as stack:
-        first = list(islice(rows_in, CHUNK_ROWS))
+        chunks = growing_chunks(
+            rows_in, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS
+        )
+        first = next(chunks, [])
         good = [row for row in first if isinstance(row, InputRow)]
         one_per_line = len({row.line_no for row in good}) == len(good)
         total = _count_lines(input_path) if show_progress and one_per_line else None
@@ -228,7 +231,7 @@ def grade_file(
         # The next chunk is read and the previous one written while one is graded
         # (`producer.overlap`); order is kept.
         writer = stack.enter_context(BehindWriter(write))
-        for chunk in chain([first], read_ahead(chunked(rows_in, CHUNK_ROWS))):
+        for chunk in chain([first], read_ahead(chunks)):
             raise_if_stopped()
             rows = [row for row in chunk if isinstance(row, InputRow)]
             for bad in chunk:

@@ -18,9 +18,9 @@ from producer.batching import (
     LineError,
     Summary,
     atomic_output,
-    chunked,
     dump_line,
     graded_record,
+    growing_chunks,
     parse_line,
     parse_record,
     read_rows,
@@ -153,12 +153,14 @@ def test_batching_read_rows_rejects_an_overlong_line_without_losing_the_next() -
     assert parsed[1].line_no == 2
 
 
-def test_batching_chunked_keeps_order_and_sizes() -> None:
-    chunks = list(chunked(range(7), 3))
-    assert chunks == [[0, 1, 2], [3, 4, 5], [6]]
-    assert list(chunked([], 3)) == []
-    with pytest.raises(ValueError, match="chunk size"):
-        list(chunked(range(3), 0))
+def test_batching_growing_chunks_keep_order_and_grow_to_the_cap() -> None:
+    assert list(growing_chunks(range(7), 3, 1, 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    chunks = list(growing_chunks(range(40), 2, 3, 10))
+    assert [len(c) for c in chunks] == [2, 6, 10, 10, 10, 2]
+    assert [x for c in chunks for x in c] == list(range(40))
+    assert list(growing_chunks([], 3, 2, 5)) == []
+    with pytest.raises(ValueError, match="chunk sizes"):
+        list(growing_chunks(range(3), 0, 2, 5))
 
 
 def _verdict(**changes: object) -> Verdict:
