@@ -39,6 +39,7 @@ from producer.fields import (
     sample_records,
 )
 from workers import models
+from workers.contract import text_error
 from workers.models import Status, Verdict
 
 __all__ = [
@@ -104,6 +105,19 @@ def rows_from_record(
     record: dict[str, Any], line_no: int, spec: FieldSpec = DEFAULT_SPEC
 ) -> list[InputRow] | LineError:
     """One row per sample of `record` (see `producer.fields`), or the line's error."""
+    if spec.response is None and spec.gold is None:
+        # The usual layout, one text under "response" and one under "gold" (the
+        # first names of their alias tables): the row the tables below resolve it
+        # to, without walking them (issue 11: 5.5 of the CLI's ~30 us a row).
+        response, gold = record.get("response"), record.get("gold")
+        if (
+            type(response) is str
+            and type(gold) is str
+            and text_error(response, gold) is None
+        ):
+            return [
+                InputRow(line_no=line_no, response=response, gold=gold, record=record)
+            ]
     try:
         samples = resolve_samples(record, spec)
         gold_field, golds = resolve_golds(record, spec)

@@ -24,7 +24,9 @@ from producer.batching import (
     parse_line,
     parse_record,
     read_rows,
+    rows_from_record,
 )
+from producer.fields import FieldSpec
 from workers.contract import MAX_TEXT_CHARS
 from workers.models import ExtractionMethod, Status, Verdict, VerifyMethod
 
@@ -294,3 +296,28 @@ def test_batching_parse_record_reads_every_line_as_the_stdlib(raw: bytes) -> Non
     # The fast reader (orjson) must never change a value the stdlib reads.
     record = parse_record(raw, 2)
     assert repr(record) == repr(json.loads(raw.decode()))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"response": "so \\boxed{2}", "gold": "2", "id": 7},
+        {"response": "x", "gold": "1", "answer": "9", "completion": "y"},
+        {"response": "x" * (MAX_TEXT_CHARS + 1), "gold": "1"},
+        {"response": "x", "gold": "1" * (MAX_TEXT_CHARS + 1)},
+        {"response": "x", "gold": 3},
+        {"response": ["a", "b"], "gold": "1", "score": [1, 0]},
+        {"response": "x", "gold": ["1", "2"]},
+        {"response": "x", "gold": True},
+    ],
+)
+def test_batching_common_layout_reads_as_the_alias_tables_say(
+    record: dict[str, Any],
+) -> None:
+    # The shortcut for {"response": str, "gold": str} (no field overrides) must give
+    # exactly the rows of the general path, which an override always takes.
+    tables = rows_from_record(dict(record), 3)
+    named = rows_from_record(
+        dict(record), 3, FieldSpec(response="response", gold="gold")
+    )
+    assert tables == named
