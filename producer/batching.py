@@ -139,6 +139,8 @@ def rows_from_record(
 
 def _has_float(value: object) -> bool:
     """Whether a parsed JSON value holds a float anywhere."""
+    if isinstance(value, dict) and all(type(v) is str for v in value.values()):
+        return False  # the usual record, all text: no walk (a row's read, each line)
     return _any_float(value, lambda _: True)
 
 
