@@ -174,11 +174,18 @@ def _reaped(pid: int) -> int | None:
     return status if done else None
 
 
+def _send_eof(worker: _Worker) -> None:
+    """Close our end of its request pipe (once: the fd number may be reused)."""
+    if worker.to_fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(worker.to_fd)
+        worker.to_fd = -1
+
+
 def _stop_worker(worker: _Worker, *, graceful: bool) -> int:
     """Ask (EOF) or force (SIGKILL) a worker to exit, reap it, close its fds; returns
     its wait status."""
-    with contextlib.suppress(OSError):
-        os.close(worker.to_fd)
+    _send_eof(worker)
     deadline = time.monotonic() + (_STOP_GRACE_S if graceful else 0.0)
     status = _reaped(worker.pid)
     while status is None and time.monotonic() < deadline:
@@ -292,6 +299,7 @@ class LocalPool:
             grade_fn=grade_fn,
         )
         self._workers: dict[int, _Worker] = {}  # by from_fd
+        self._leaving: list[_Worker] = []  # recycled, not yet reaped
         self._rss_checked = 0.0
 
     @property
@@ -357,16 +365,30 @@ class LocalPool:
 
     def _stop_all(self, *, graceful: bool) -> None:
         workers, self._workers = list(self._workers.values()), {}
-        for worker in workers:
+        for worker in workers + self._leaving:
             _stop_worker(worker, graceful=graceful)
+        self._leaving = []
+
+    def _reap_leaving(self) -> None:
+        """Reap recycled workers that have finished writing their cache rows."""
+        for worker in list(self._leaving):
+            if _reaped(worker.pid) is not None:
+                self._leaving.remove(worker)
+                for fd in (worker.from_fd, worker.statm_fd):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
 
     def _dispatch(self, job: _Job) -> None:
         recycle_after = self._config.recycle_after_items
         for worker in list(self._workers.values()):
             if worker.items_sent >= recycle_after and not worker.batches:
-                # Its last batch is answered: EOF lets it write its cache rows out.
+                # Its last batch is answered: EOF lets it write its cache rows out
+                # and exit, reaped later (a fresh worker takes its place now).
                 del self._workers[worker.from_fd]
-                _stop_worker(worker, graceful=True)
+                _send_eof(worker)
+                self._leaving.append(worker)
+        if self._leaving:
+            self._reap_leaving()
         if len(self._workers) < self._processes:
             warm_up_verifier()  # once per process: workers inherit a warm verifier
         while len(self._workers) < self._processes:

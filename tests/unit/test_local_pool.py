@@ -192,15 +192,17 @@ def test_local_pool_recycles_its_workers_and_keeps_their_cache_rows(
     runs = {}
     for recycle_after in (100, 10_000):
         seen: set[int] = set()
-        with make_pool(
-            processes=1,
-            recycle_after_items=recycle_after,
-            batch_size=20,
-            grade_fn=None,
-            cache_path=tmp_path / f"cache-{recycle_after}.db",
-        ) as pool:
+        kw = {
+            "processes": 1,
+            "recycle_after_items": recycle_after,
+            "batch_size": 20,
+            "grade_fn": None,
+            "cache_path": tmp_path / f"cache-{recycle_after}.db",
+        }
+        with make_pool(**kw) as pool:
             note_pids = functools.partial(_add_pids, seen, pool)
             first = pool.grade(items, OPTIONS, note_pids)
+        with make_pool(**kw) as pool:
             again = pool.grade(items, OPTIONS)
         assert [v.replace(cached=False) for v in first] == expected
         assert [v.replace(cached=False) for v in again] == expected
