@@ -467,29 +467,39 @@ def fleet_roles(work: Path, n: int, fleet: Fleet) -> None:
     if not src.exists():
         write_input(src, n)
     pids: dict[int, str] = {fleet.redis.proc.pid: "redis-server"}
+    prefork: list[int] = []
     for worker in fleet.workers:
         pids[worker.proc.pid] = "Celery worker main process"
         for child in _children(worker.proc.pid):
             pids[child] = "prefork child (task, cache, Redis bookkeeping)"
-            for grandchild in _children(child):
-                pids[grandchild] = "sandbox child"
+            prefork.append(child)
+
+    def sandbox_cpu_s() -> dict[int, float]:
+        # Live sandbox children, and (per prefork child) those it has reaped:
+        # they are recycled during the run, so their pids come and go.
+        cpu = {-pid: _proc_cpu_s(pid, reaped=True) for pid in prefork}
+        for pid in prefork:
+            cpu.update({kid: _proc_cpu_s(kid) for kid in _children(pid)})
+        return cpu
+
     fleet.flush_cache()
     before = {pid: _proc_cpu_s(pid) for pid in pids}
+    sandbox_before = sandbox_cpu_s()
     cli_before = _children_cpu_s()
     cli_s(src, work / "out.jsonl", "--broker", fleet.redis.url)
     cli_cpu = _children_cpu_s() - cli_before
+    sandbox_after = sandbox_cpu_s()
     per: dict[str, float] = collections.defaultdict(float)
     for pid, role in pids.items():
         per[role] += _proc_cpu_s(pid) - before[pid]
+    per["sandbox child"] = sum(
+        seconds - sandbox_before.get(pid, 0.0) for pid, seconds in sandbox_after.items()
+    )
     per["producer (gradefleet grade --broker)"] = cli_cpu
     print(f"\nfleet, 2 workers, {n:,} rollouts: CPU us per rollout by process\n")
     print("| process | CPU us per rollout |\n|---|---|")
     for role, seconds in per.items():
         print(f"| {role} | {seconds / n * 1e6:.1f} |")
-    print(
-        "(sandbox children replaced during the run are not counted: "
-        "--recycle-after-items)"
-    )
 
 
 def _children(pid: int) -> list[int]:
@@ -500,12 +510,14 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
-def _proc_cpu_s(pid: int) -> float:
+def _proc_cpu_s(pid: int, *, reaped: bool = False) -> float:
+    """CPU seconds of `pid` itself, or (`reaped`) of the children it has reaped."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    first = 13 if reaped else 11  # cutime, cstime / utime, stime
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- --hostile: the 8,192-rollout step with hostile items ---
