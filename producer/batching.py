@@ -39,6 +39,7 @@ from producer.fields import (
     sample_records,
 )
 from workers import models
+from workers.contract import text_error
 from workers.models import Status, Verdict
 
 __all__ = [
@@ -52,10 +53,10 @@ __all__ = [
     "Summary",
     "atomic_output",
     "atomic_path",
-    "chunked",
     "dump_line",
     "expand_records",
     "graded_record",
+    "growing_chunks",
     "parse_line",
     "parse_record",
     "read_records",
@@ -104,6 +105,19 @@ def rows_from_record(
     record: dict[str, Any], line_no: int, spec: FieldSpec = DEFAULT_SPEC
 ) -> list[InputRow] | LineError:
     """One row per sample of `record` (see `producer.fields`), or the line's error."""
+    if spec.response is None and spec.gold is None:
+        # The usual layout, one text under "response" and one under "gold" (the
+        # first names of their alias tables): the row the tables below resolve it
+        # to, without walking them (issue 11: 5.5 of the CLI's ~30 us a row).
+        response, gold = record.get("response"), record.get("gold")
+        if (
+            type(response) is str
+            and type(gold) is str
+            and text_error(response, gold) is None
+        ):
+            return [
+                InputRow(line_no=line_no, response=response, gold=gold, record=record)
+            ]
     try:
         samples = resolve_samples(record, spec)
         gold_field, golds = resolve_golds(record, spec)
@@ -125,6 +139,8 @@ def rows_from_record(
 
 def _has_float(value: object) -> bool:
     """Whether a parsed JSON value holds a float anywhere."""
+    if isinstance(value, dict) and all(type(v) is str for v in value.values()):
+        return False  # the usual record, all text: no walk (a row's read, each line)
     return _any_float(value, lambda _: True)
 
 
@@ -239,13 +255,18 @@ def read_rows(
     return expand_records(read_records(stream, max_line_bytes=max_line_bytes), spec)
 
 
-def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    """Split `items` into lists of at most `size`, in order."""
-    if size < 1:
-        raise ValueError(f"chunk size must be >= 1, got {size}")
+def growing_chunks(
+    items: Iterable[T], first: int, growth: int, most: int
+) -> Iterator[list[T]]:
+    """Split `items` into lists of `first`, `first * growth`, ... up to `most` items
+    each, in order."""
+    if not 1 <= first <= most or growth < 1:
+        raise ValueError(f"bad chunk sizes: {first}, x{growth}, up to {most}")
     iterator = iter(items)
+    size = first
     while chunk := list(islice(iterator, size)):
         yield chunk
+        size = min(size * growth, most)
 
 
 def graded_record(row: InputRow, verdict: Verdict) -> dict[str, Any]:

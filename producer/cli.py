@@ -301,6 +301,7 @@ def grade(
             spec=spec,
             show_progress=show_progress,
             resume=resume,
+            overlap=settings.broker_url is not None,
         )
     summary.wall_s = time.monotonic() - started_s
     if not quiet:

@@ -77,6 +77,11 @@ def _kill_parent() -> None:
     time.sleep(60)
 
 
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # as an operator or the OOM killer would
+    time.sleep(60)
+
+
 def _mark_then_hang(path: str) -> None:
     Path(path).touch()
     time.sleep(60)
@@ -85,7 +90,7 @@ def _mark_then_hang(path: str) -> None:
 def _hang_once(path: str) -> None:
     mark = Path(path)
     if not mark.exists():
-        mark.write_text(str(os.getppid()))
+        mark.write_text(str(os.getpid()))
         time.sleep(60)
 
 
@@ -105,9 +110,13 @@ _PREFIXED = {"sleep-then-mark": _mark_then_hang, "once": _hang_once}
 def hostile_grade(
     response: str, gold: str, *, options: GradeOptions | None = None
 ) -> Verdict:
-    """`verifier.grade`, except for magic responses that misbehave on purpose (in a
-    sandbox child; "kill-my-worker" anywhere in a response kills the child's parent,
-    the grading process)."""
+    """`verifier.grade`, except for magic responses that misbehave on purpose.
+
+    "kill-my-worker" anywhere in a response kills the grading process's parent (a
+    fleet worker's sandbox child kills the worker: never use it in the embedded pool,
+    whose parent is the caller); "kill-me" SIGKILLs the grading process itself.
+    "once:<path>" hangs the first time, leaving the grading process's pid in <path>.
+    """
     name, _, argument = response.partition(":")
     if response in _MISBEHAVIOURS:
         _MISBEHAVIOURS[response]()
@@ -115,4 +124,6 @@ def hostile_grade(
         _PREFIXED[name](argument)
     elif "kill-my-worker" in response:
         _kill_parent()
+    elif "kill-me" in response:
+        _kill_self()
     return verifier.grade(response, gold, options=options)

@@ -22,9 +22,15 @@ from workers.models import (
     Status,
     Verdict,
 )
-from workers.sandbox import ItemPrep, ItemResult, Sandbox
+from workers.sandbox import ItemPrep, ItemResult, Selector
 
-__all__ = ["BatchGrader", "BatchObserver", "GradeItem", "NullObserver"]
+__all__ = [
+    "BatchGrader",
+    "BatchObserver",
+    "GradeItem",
+    "NullObserver",
+    "SelectingGrader",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,15 @@ class GradeItem:
     index: int
     response: str
     gold: str
+
+
+class SelectingGrader(Protocol):
+    """Prepares items, lets the caller pick which to decide, decides those: the
+    fleet's `Sandbox` (a child process) or the pool's `InlineGrader` (in process)."""
+
+    def grade_selected(
+        self, pairs: Sequence[tuple[str, str]], options: GradeOptions, select: Selector
+    ) -> list[ItemResult]: ...
 
 
 class BatchObserver(Protocol):
@@ -84,7 +99,7 @@ class BatchGrader:
     def __init__(
         self,
         *,
-        sandbox: Sandbox,
+        sandbox: SelectingGrader,
         cache: CacheBackend | None,
         observer: BatchObserver | None = None,
         exact: ExactLayer | None = None,

@@ -1,17 +1,24 @@
 """Embedded mode: the fleet's batch grading in a pool of local processes.
 
-Same `BatchGrader`, same `Sandbox` limits, same verdicts as a Celery worker; the cache
-is a `SqliteResultCache` file shared by the pool's processes (or none).
+Same `BatchGrader`, same limits (item deadline, memory cap), same verdicts as a
+Celery worker; the cache is a `SqliteResultCache` file shared by the pool's processes
+(or none). Unlike a Celery worker, a pool worker grades its items in its own process
+(`workers.inline`), and this process, its parent, is the watchdog: it reads which
+item each worker is on from a shared `ProgressSlot`, kills a worker whose item
+overruns the deadline or the memory cap, answers that item and sends the rest of
+the batch again. A prefork child must outlive its items, so the fleet keeps its
+sandbox child; here that extra process and its pipes cost more CPU than the
+grading (issue 11).
 
-Why plain `os.fork` workers talking length-prefixed JSON over pipes (the sandbox's own
-machinery) rather than multiprocessing: the parent has already imported the verifier,
-so each worker starts warm (a forkserver or spawn worker would import SymPy again);
-nothing is pickled, so any grade function (tests inject hostile ones) crosses as-is;
-and it works from any parent, daemonic or not. The usual fork hazard, a lock held
-by another parent thread, does not bite: a worker closes every inherited fd, freezes
-inherited objects (no finalizer of the parent's files runs in it), never returns into
-the parent's code, and CPython re-initialises its import/logging locks at fork.
-Workers die with the parent (PR_SET_PDEATHSIG).
+Why plain `os.fork` workers talking length-prefixed JSON over pipes rather than
+multiprocessing: the parent has already imported the verifier, so each worker starts
+warm (a forkserver or spawn worker would import SymPy again); nothing is pickled, so
+any grade function (tests inject hostile ones) crosses as-is; and it works from any
+parent, daemonic or not. The usual fork hazard, a lock held by another parent
+thread, does not bite: a worker closes every inherited fd, freezes inherited objects
+(no finalizer of the parent's files runs in it), never returns into the parent's
+code, and CPython re-initialises its import/logging locks at fork. Workers die with
+the parent (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -35,19 +42,23 @@ from workers.cache import SqliteResultCache
 from workers.childproc import fork_child, read_frame, write_frame
 from workers.errors import DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer
-from workers.models import GradeOptions, RolloutLike, Verdict
-from workers.sandbox import GradeFn, Sandbox, warm_up_verifier
+from workers.inline import EXIT_MEMORY, InlineGrader, ProgressSlot, limit_address_space
+from workers.models import GradeOptions, RolloutLike, Status, Verdict
+from workers.sandbox import GradeFn, warm_up_verifier
 from workers.sizing import (
     CACHE_WRITE_BEHIND_ROWS,
     LOCAL_BATCH_SIZE,
     RECYCLE_AFTER_ITEMS,
 )
-from workers.verdicts import poison_verdict
+from workers.verdicts import failure_verdict, poison_verdict
 
 __all__ = ["LocalPool"]
 
 _STOP_GRACE_S = 5.0
-_POLL_MS = 1000.0
+# How often the parent looks at its workers' progress slots and RSS while it waits
+# for answers (answers wake it sooner): the granularity of the deadline and the cap.
+_WATCH_S = 0.01
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # Batches sent to a worker before it answers the first: the next one waits in its
 # pipe, so a worker never idles while the CLI reads its answer and picks more work
 # (on a busy machine the CLI may wait for a core first).
@@ -55,6 +66,10 @@ _WORKER_BATCHES = 2
 # Room for those batches in the request pipe (the default is 64 KiB, about one
 # batch): a full pipe would block the CLI until the worker reads.
 _REQUEST_PIPE_BYTES = 1 << 20
+# Deaths the item in the slot caused itself (an abort, a segfault); a SIGKILL or
+# SIGTERM from elsewhere (an operator, the OOM killer) says nothing about the item,
+# so its batch is run again instead.
+_NOT_THE_ITEMS_DOING = {signal.SIGKILL, signal.SIGTERM}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,17 +86,28 @@ class _Worker:
     pid: int
     to_fd: int
     from_fd: int
-    batches: deque[int] = field(default_factory=deque)  # sent, oldest first
+    slot: ProgressSlot
+    statm_fd: int
+    rss_cap_bytes: int
+    batches: deque[tuple[int, list[int]]] = field(default_factory=deque)  # oldest 1st
     deadline: float = 0.0
+    items_sent: int = 0
+    # Why this process killed it (status, reason), for the item in its slot; and
+    # for a deadline, the (batch, position) seen overrunning it.
+    killed_for: tuple[Status, str] | None = None
+    overran: tuple[int, int] | None = None
+
+    def rss_bytes(self) -> int:
+        try:
+            return int(os.pread(self.statm_fd, 128, 0).split()[1]) * _PAGE_BYTES
+        except (OSError, IndexError, ValueError):
+            return 0
 
 
-def _worker_loop(to_fd: int, from_fd: int, config: _WorkerConfig) -> None:
-    sandbox = Sandbox(
-        item_timeout_s=config.item_timeout_s,
-        item_memory_bytes=config.item_memory_bytes,
-        recycle_after_items=config.recycle_after_items,
-        grade_fn=config.grade_fn,
-    )
+def _worker_loop(
+    to_fd: int, from_fd: int, config: _WorkerConfig, slot: ProgressSlot
+) -> None:
+    inline = InlineGrader(slot, config.grade_fn)
     cache = exact = None
     if config.cache_path is not None:
         cache = SqliteResultCache(
@@ -89,54 +115,106 @@ def _worker_loop(to_fd: int, from_fd: int, config: _WorkerConfig) -> None:
         )
         if config.grade_fn is None:  # whole verdicts of the verifier's only
             exact = ExactLayer(cache, verifier.GRADER_VERSION)
-    grader = BatchGrader(sandbox=sandbox, cache=cache, exact=exact)
+    grader = BatchGrader(sandbox=inline, cache=cache, exact=exact)
+    limit_address_space(config.item_memory_bytes)
     try:
         while (message := read_frame(to_fd)) is not None:
             items = [GradeItem(i, r, g) for i, r, g in message["items"]]
+            inline.batch = message["batch"]
             results = grader.grade(items, GradeOptions.from_dict(message["options"]))
+            slot.idle()
             reply = [[index, verdict.to_dict()] for index, verdict in results]
             write_frame(from_fd, {"batch": message["batch"], "results": reply})
     finally:
-        sandbox.close()
         if cache is not None:
             cache.close()
 
 
-def _worker_main(to_fd: int, from_fd: int, config: _WorkerConfig) -> int:
+def _worker_main(
+    to_fd: int, from_fd: int, config: _WorkerConfig, slot: ProgressSlot
+) -> int:
     with contextlib.suppress(BrokenPipeError):  # the parent is gone: just exit
-        _worker_loop(to_fd, from_fd, config)
+        _worker_loop(to_fd, from_fd, config, slot)
     return 0
 
 
+def _self_rss_bytes() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * _PAGE_BYTES
+
+
 def _spawn_worker(config: _WorkerConfig) -> _Worker:
-    pid, to_fd, from_fd = fork_child(lambda r, w: _worker_main(r, w, config))
+    slot = ProgressSlot()
+    rss_cap_bytes = _self_rss_bytes() + config.item_memory_bytes
+    pid, to_fd, from_fd = fork_child(lambda r, w: _worker_main(r, w, config, slot))
     with contextlib.suppress(OSError):  # above pipe-max-size: the default stays
         fcntl.fcntl(to_fd, fcntl.F_SETPIPE_SZ, _REQUEST_PIPE_BYTES)
-    return _Worker(pid=pid, to_fd=to_fd, from_fd=from_fd)
-
-
-def _exited(pid: int) -> bool:
-    """Reap `pid` if it has exited (True also when someone else already reaped it)."""
     try:
-        return os.waitpid(pid, os.WNOHANG)[0] != 0
+        statm_fd = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
+    except OSError as exc:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise SandboxError(f"cannot watch local worker {pid}: {exc}") from exc
+    return _Worker(
+        pid=pid,
+        to_fd=to_fd,
+        from_fd=from_fd,
+        slot=slot,
+        statm_fd=statm_fd,
+        rss_cap_bytes=rss_cap_bytes,
+    )
+
+
+def _reaped(pid: int) -> int | None:
+    """`pid`'s wait status if it has exited (0 if someone else reaped it), else None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        return True
+        return 0
+    return status if done else None
 
 
-def _stop_worker(worker: _Worker, *, graceful: bool) -> None:
-    """Ask (EOF) or force (SIGKILL) a worker to exit, then reap it and close its fds."""
-    os.close(worker.to_fd)
+def _send_eof(worker: _Worker) -> None:
+    """Close our end of its request pipe (once: the fd number may be reused)."""
+    if worker.to_fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(worker.to_fd)
+        worker.to_fd = -1
+
+
+def _stop_worker(worker: _Worker, *, graceful: bool) -> int:
+    """Ask (EOF) or force (SIGKILL) a worker to exit, reap it, close its fds; returns
+    its wait status."""
+    _send_eof(worker)
     deadline = time.monotonic() + (_STOP_GRACE_S if graceful else 0.0)
-    exited = _exited(worker.pid)
-    while not exited and time.monotonic() < deadline:
+    status = _reaped(worker.pid)
+    while status is None and time.monotonic() < deadline:
         time.sleep(0.005)
-        exited = _exited(worker.pid)
-    if not exited:
+        status = _reaped(worker.pid)
+    if status is None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker.pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(worker.pid, 0)
-    os.close(worker.from_fd)
+        try:
+            status = os.waitpid(worker.pid, 0)[1]
+        except ChildProcessError:
+            status = 0
+    for fd in (worker.from_fd, worker.statm_fd):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return status
+
+
+def _death_cause(status: int) -> tuple[Status, str] | None:
+    """What a worker's death says about the item it was on (None: nothing)."""
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_MEMORY:
+        return Status.MEMORY_LIMIT, "grader raised MemoryError (RLIMIT_AS)"
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) not in _NOT_THE_ITEMS_DOING:
+        try:
+            name = signal.Signals(os.WTERMSIG(status)).name
+        except ValueError:
+            name = f"signal {os.WTERMSIG(status)}"
+        return Status.ERROR, f"grading process killed by {name}"
+    return None
 
 
 def _check_deadline(deadline_at: float | None, job: _Job) -> None:
@@ -161,9 +239,19 @@ class _Job:
     batches_left: int
     items_done: int = 0
 
+    def answer(self, index: int, verdict: Verdict) -> None:
+        """Answer one item outside its batch's reply (a lost worker's culprit)."""
+        self.verdicts[index] = verdict
+        self.items_done += 1
+
+    def left_in(self, batch_id: int) -> list[int]:
+        """The batch's items still without a verdict."""
+        verdicts = self.verdicts
+        return [i for i in self.batches[batch_id] if verdicts[i] is None]
+
 
 class LocalPool:
-    """N local worker processes, each with a `BatchGrader` and its own `Sandbox`.
+    """N local worker processes, each grading its batches with a `BatchGrader`.
 
     Args:
         processes: number of worker processes.
@@ -171,10 +259,12 @@ class LocalPool:
         item_memory_bytes: memory cap per item (as the fleet).
         cache_path: SQLite cache file shared by the workers; None for no cache.
         batch_size: items per batch handed to one worker.
-        recycle_after_items: sandbox child recycling, as the fleet.
-        grade_fn: the function the sandboxes run (default `workers.verifier.grade`).
-        max_attempts: a batch whose worker process dies is re-run on a fresh worker
-            up to this many times in all, then answered with `error` verdicts.
+        recycle_after_items: a worker is replaced by a fresh one after this many
+            items, as the fleet's sandbox children.
+        grade_fn: the function the workers decide with (default the verifier).
+        max_attempts: a batch whose worker process dies for no reason found in its
+            progress slot is re-run on a fresh worker up to this many times in all;
+            then the item it was on (else the whole batch) gets an `error` verdict.
 
     Verdicts come back in input order; none is ever lost.
     """
@@ -193,6 +283,10 @@ class LocalPool:
     ) -> None:
         if processes < 1 or batch_size < 1 or max_attempts < 1:
             raise ValueError("processes, batch_size and max_attempts must be >= 1")
+        if item_timeout_s <= 0 or item_memory_bytes <= 0 or recycle_after_items < 1:
+            raise ValueError(
+                "item_timeout_s, item_memory_bytes, recycle_after_items > 0"
+            )
         self._processes = processes
         self._batch_size = batch_size
         self._max_attempts = max_attempts
@@ -205,6 +299,8 @@ class LocalPool:
             grade_fn=grade_fn,
         )
         self._workers: dict[int, _Worker] = {}  # by from_fd
+        self._leaving: list[_Worker] = []  # recycled, not yet reaped
+        self._rss_checked = 0.0
 
     @property
     def worker_pids(self) -> list[int]:
@@ -269,26 +365,51 @@ class LocalPool:
 
     def _stop_all(self, *, graceful: bool) -> None:
         workers, self._workers = list(self._workers.values()), {}
-        for worker in workers:
+        for worker in workers + self._leaving:
             _stop_worker(worker, graceful=graceful)
+        self._leaving = []
+
+    def _reap_leaving(self) -> None:
+        """Reap recycled workers that have finished writing their cache rows."""
+        for worker in list(self._leaving):
+            if _reaped(worker.pid) is not None:
+                self._leaving.remove(worker)
+                for fd in (worker.from_fd, worker.statm_fd):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
 
     def _dispatch(self, job: _Job) -> None:
+        recycle_after = self._config.recycle_after_items
+        for worker in list(self._workers.values()):
+            if worker.items_sent >= recycle_after and not worker.batches:
+                # Its last batch is answered: EOF lets it write its cache rows out
+                # and exit, reaped later (a fresh worker takes its place now).
+                del self._workers[worker.from_fd]
+                _send_eof(worker)
+                self._leaving.append(worker)
+        if self._leaving:
+            self._reap_leaving()
         if len(self._workers) < self._processes:
             warm_up_verifier()  # once per process: workers inherit a warm verifier
         while len(self._workers) < self._processes:
             worker = _spawn_worker(self._config)
             self._workers[worker.from_fd] = worker
         for worker in list(self._workers.values()):
-            while len(worker.batches) < _WORKER_BATCHES and job.pending:
+            while (
+                len(worker.batches) < _WORKER_BATCHES
+                and worker.items_sent < recycle_after
+                and job.pending
+            ):
                 if not self._send(worker, job, job.pending.popleft()):
                     break
 
     def _send(self, worker: _Worker, job: _Job, batch_id: int) -> bool:
         """Send a batch; False if the worker was found dead (and replaced)."""
-        batch = job.batches[batch_id]
+        batch = job.left_in(batch_id)
         job.attempts[batch_id] += 1
-        worker.batches.append(batch_id)
-        # Backstop only: each item is already bounded by the sandbox deadline.
+        worker.batches.append((batch_id, batch))
+        worker.items_sent += len(batch)
+        # Backstop only: each item is already bounded by the watched deadline.
         worker.deadline = (
             max(worker.deadline, time.monotonic())
             + len(batch) * (self._item_timeout_s + 1)
@@ -317,7 +438,7 @@ class LocalPool:
             poller.register(
                 worker.from_fd, select.POLLIN | select.POLLHUP | select.POLLERR
             )
-        wait_ms = _POLL_MS
+        wait_ms = _WATCH_S * 1000.0
         if deadline_at is not None:
             wait_ms = max(0.0, min(wait_ms, (deadline_at - time.monotonic()) * 1000))
         for fd, _event in poller.poll(wait_ms):
@@ -329,43 +450,91 @@ class LocalPool:
                 self._accept(worker, job, reply)
                 if on_progress is not None:
                     on_progress(job.items_done)
+        self._watch(job, [w for w in busy if w.from_fd in self._workers])
+
+    def _watch(self, job: _Job, busy: list[_Worker]) -> None:
+        """Kill a worker whose item overran the deadline or the memory cap."""
         now = time.monotonic()
+        sample_rss = now - self._rss_checked >= _WATCH_S
+        if sample_rss:
+            self._rss_checked = now
         for worker in busy:
-            if worker.from_fd in self._workers and worker.deadline < now:
-                self._worker_lost(worker, job)
+            current = worker.slot.current()
+            step_s = -1.0
+            if current is not None and current[0] == worker.batches[0][0]:
+                step_s = current[2]
+            if step_s > self._item_timeout_s:
+                reason = f"exceeded the {self._item_timeout_s:g} s item deadline"
+                worker.killed_for = (Status.TIMEOUT, reason)
+                assert current is not None
+                worker.overran = current[:2]
+            elif sample_rss and worker.rss_bytes() > worker.rss_cap_bytes:
+                cap_mib = self._config.item_memory_bytes / 2**20
+                reason = f"exceeded the {cap_mib:g} MiB item memory cap"
+                worker.killed_for = (Status.MEMORY_LIMIT, reason)
+            elif worker.deadline >= now:
+                continue
+            self._worker_lost(worker, job)
 
     def _accept(self, worker: _Worker, job: _Job, reply: dict[str, Any]) -> None:
-        batch_id = worker.batches[0] if worker.batches else None
+        batch_id = worker.batches[0][0] if worker.batches else None
         if batch_id is None or reply.get("batch") != batch_id:  # never a stale answer
             raise SandboxError(f"local worker {worker.pid} answered an unknown batch")
         worker.batches.popleft()
         for index, verdict in reply["results"]:
             job.verdicts[index] = Verdict.from_dict(verdict)
-        job.items_done += len(job.batches[batch_id])
+        job.items_done += len(reply["results"])
         job.batches_left -= 1
 
     def _worker_lost(self, worker: _Worker, job: _Job) -> None:
-        """A worker died (or overran the backstop): re-run its batches elsewhere.
+        """A worker died, was killed for its item, or overran the backstop.
 
-        Only the oldest was being graded (answers come in order): the batches
-        queued behind it go back without counting an attempt.
+        Only the oldest batch was being graded (answers come in order): the batches
+        queued behind it go back without counting an attempt. The item in its slot
+        is answered when the death was its doing (deadline, memory, a crash); else
+        the batch is run again, up to `max_attempts`.
         """
         del self._workers[worker.from_fd]
-        _stop_worker(worker, graceful=False)
+        status = _stop_worker(worker, graceful=False)
+        # Read once it is reaped, so the slot holds still: the item it died on.
+        current = worker.slot.current()
         if not worker.batches:
             return
-        batch_id, *queued = worker.batches
+        (batch_id, sent), *queued = worker.batches
         worker.batches.clear()
-        for later in reversed(queued):
+        for later, _sent in reversed(queued):
             job.attempts[later] -= 1
             job.pending.appendleft(later)
-        if job.attempts[batch_id] < self._max_attempts:
+        if worker.overran is not None and (
+            current is None or current[:2] != worker.overran
+        ):
+            # The overrunning item ended just before the kill: nobody to blame.
+            job.attempts[batch_id] -= 1
+            current = None
+        if current is not None and current[0] == batch_id and current[1] < len(sent):
+            culprit = job.items[sent[current[1]]]
+            cause = worker.killed_for or _death_cause(status)
+            verdict = None
+            if cause is not None:
+                verdict = failure_verdict(
+                    *cause, culprit.response, culprit.gold, job.options
+                )
+            elif job.attempts[batch_id] >= self._max_attempts:
+                verdict = poison_verdict(
+                    culprit.response, culprit.gold, job.options, job.attempts[batch_id]
+                )
+            if verdict is not None:
+                job.answer(sent[current[1]], verdict)
+                job.attempts[batch_id] -= 1  # the cause is gone with its item
+        if job.left_in(batch_id) and job.attempts[batch_id] < self._max_attempts:
             job.pending.appendleft(batch_id)
             return
-        for index in job.batches[batch_id]:
+        for index in job.left_in(batch_id):
             item = job.items[index]
-            job.verdicts[index] = poison_verdict(
-                item.response, item.gold, job.options, job.attempts[batch_id]
+            job.answer(
+                index,
+                poison_verdict(
+                    item.response, item.gold, job.options, job.attempts[batch_id]
+                ),
             )
-        job.items_done += len(job.batches[batch_id])
         job.batches_left -= 1

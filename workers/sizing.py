@@ -13,8 +13,10 @@ from __future__ import annotations
 __all__ = [
     "CACHE_WRITE_BEHIND_ROWS",
     "CHUNK_ROWS",
+    "CHUNK_ROWS_GROWTH",
     "COALESCED_BATCH_SIZE",
     "FIRST_CHUNK_ITEMS",
+    "FIRST_CHUNK_ROWS",
     "JOB_BATCHES",
     "LOCAL_BATCH_SIZE",
     "MAX_AUTO_BATCH_SIZE",
@@ -27,8 +29,13 @@ __all__ = [
 ]
 
 # Rows read and graded per round by the CLI: bounds memory on huge files while keeping
-# thousands of batches in flight, so the pool or fleet stays busy.
+# thousands of batches in flight, so the pool or fleet stays busy. The first rounds
+# are smaller and grow x CHUNK_ROWS_GROWTH: grading starts once FIRST_CHUNK_ROWS are
+# read, not 20,000 (reading is serial, about 10 us a row), and each next round is
+# read while the one before it is graded, which takes longer than reading it.
 CHUNK_ROWS = 20_000
+FIRST_CHUNK_ROWS = 2_048
+CHUNK_ROWS_GROWTH = 3
 
 # Rollouts per fleet task. A task costs a few ms of Celery/Redis work, so bigger
 # batches go faster; but a job must also make enough tasks for every worker of a

@@ -15,8 +15,8 @@ rows in an order rotated by r. The CLI's wall time is the one its summary prints
 (pool start-up and verifier warm-up included); the plain loop's excludes its imports.
 
 `--profile` prints where each microsecond per rollout goes: the CPU of each process
-of an embedded run (CLI, pool workers, sandbox children; a run of 3n minus one of n,
-so start-up drops out) and of a fleet run (producer, Celery main process, prefork
+of an embedded run (CLI, pool workers, which grade in process; a run of 3n minus one
+of n, so start-up drops out) and of a fleet run (producer, Celery main process, prefork
 child, sandbox child, redis-server, read from /proc), and each step of the path
 (read, prepare, grade, cache, IPC, write) timed alone on the same rollouts.
 """
@@ -143,8 +143,8 @@ class Fleet:
 
 
 def _children_cpu_s() -> float:
-    """CPU seconds of every reaped descendant so far (a CLI's pool workers and
-    sandbox children are reaped by their parents, so they count)."""
+    """CPU seconds of every reaped descendant so far (a CLI's pool workers, a fleet
+    worker's sandbox children: reaped by their parents, so they count)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -269,14 +269,12 @@ _ROLES = """
 import os, resource, sys
 import workers.local as local
 inner = local._worker_main
-def counted(to_fd, from_fd, config):
+def counted(*args):
     try:
-        return inner(to_fd, from_fd, config)
+        return inner(*args)
     finally:
         me = resource.getrusage(resource.RUSAGE_SELF)
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        os.write(2, f"ROLE pool {me.ru_utime + me.ru_stime} "
-                    f"{kids.ru_utime + kids.ru_stime}\\n".encode())
+        os.write(2, f"ROLE pool {me.ru_utime + me.ru_stime}\\n".encode())
 local._worker_main = counted
 from producer.cli import main
 try:
@@ -289,7 +287,7 @@ print(f"ROLE cli {me.ru_utime + me.ru_stime}", file=sys.stderr)
 
 
 def _embedded_roles(src: Path, dst: Path) -> dict[str, float]:
-    """CPU seconds of the CLI, its pool workers and their sandbox children."""
+    """CPU seconds of the CLI and its pool workers (which grade in process)."""
     args = ["--processes", "2", "--no-cache", "--item-timeout-s", str(ITEM_TIMEOUT_S)]
     done = subprocess.run(
         [sys.executable, "-c", _ROLES, "grade", str(src), "-o", str(dst), "-q", *args],
@@ -299,14 +297,13 @@ def _embedded_roles(src: Path, dst: Path) -> dict[str, float]:
         text=True,
         check=True,
     )
-    roles = {"CLI": 0.0, "pool worker": 0.0, "sandbox child": 0.0}
+    roles = {"CLI": 0.0, "pool worker": 0.0}
     for line in done.stderr.splitlines():
         parts = line.split()
         if parts[:2] == ["ROLE", "cli"]:
             roles["CLI"] += float(parts[2])
         elif parts[:2] == ["ROLE", "pool"]:
             roles["pool worker"] += float(parts[2])
-            roles["sandbox child"] += float(parts[3])
     return roles
 
 
@@ -339,7 +336,7 @@ def profile(work: Path, n: int) -> None:
     total = 0.0
     for role, values in per.items():
         value = statistics.median(values)
-        if role in ("CLI", "pool worker", "sandbox child"):
+        if role in ("CLI", "pool worker"):
             total += value
         print(f"| {role} | {value:.1f} |")
     print(f"| embedded, all processes | {total:.1f} |")
@@ -382,25 +379,14 @@ def _steps(src: Path, n: int) -> None:
 
     def frames_round_trip() -> None:
         # What one rollout crosses: CLI -> pool worker (a batch), pool worker ->
-        # child (a chunk), child -> pool worker (the chunk's preps in one frame, a
-        # verdict per item), pool worker -> CLI.
+        # CLI (the batch's verdicts).
         buffer = FrameBuffer()
         for start in range(0, len(rows), 64):
             batch = rows[start : start + 64]
             wire = [[i, r.response, r.gold] for i, r in enumerate(batch)]
             buffer.feed(encode_frame({"items": wire, "options": options.to_dict()}))
             buffer.pop()
-            buffer.feed(encode_frame({"o": {}, "items": [w[1:] for w in wire]}))
-            buffer.pop()
-            prep_replies = [
-                {"k": p.decision_key, "x": p.extracted} for p in preps[start:][:64]
-            ]
-            buffer.feed(encode_frame({"p": prep_replies}))
-            buffer.pop()
-            replies = []
-            for k, _row in enumerate(batch):
-                buffer.feed(encode_frame({"v": verdicts[start + k].to_dict()}))
-                replies.append(Verdict.from_dict(buffer.pop()["v"]))
+            replies = verdicts[start : start + 64]
             buffer.feed(encode_frame([[k, v.to_dict()] for k, v in enumerate(replies)]))
             for _k, verdict in buffer.pop():
                 Verdict.from_dict(verdict)
@@ -429,11 +415,11 @@ def _steps(src: Path, n: int) -> None:
         steps = [
             ("read (parse_line)", lambda: [parse_line(x, 1) for x in lines]),
             (
-                "prepare (extract + parse, in the child)",
+                "prepare (extract + parse, in a pool worker)",
                 lambda: [verifier.prepare(r.response, r.gold) for r in rows],
             ),
             (
-                "grade (decide, in the child)",
+                "grade (decide, in a pool worker)",
                 lambda: [verifier.decide(p) for p in preps],
             ),
             (
@@ -481,29 +467,39 @@ def fleet_roles(work: Path, n: int, fleet: Fleet) -> None:
     if not src.exists():
         write_input(src, n)
     pids: dict[int, str] = {fleet.redis.proc.pid: "redis-server"}
+    prefork: list[int] = []
     for worker in fleet.workers:
         pids[worker.proc.pid] = "Celery worker main process"
         for child in _children(worker.proc.pid):
             pids[child] = "prefork child (task, cache, Redis bookkeeping)"
-            for grandchild in _children(child):
-                pids[grandchild] = "sandbox child"
+            prefork.append(child)
+
+    def sandbox_cpu_s() -> dict[int, float]:
+        # Live sandbox children, and (per prefork child) those it has reaped:
+        # they are recycled during the run, so their pids come and go.
+        cpu = {-pid: _proc_cpu_s(pid, reaped=True) for pid in prefork}
+        for pid in prefork:
+            cpu.update({kid: _proc_cpu_s(kid) for kid in _children(pid)})
+        return cpu
+
     fleet.flush_cache()
     before = {pid: _proc_cpu_s(pid) for pid in pids}
+    sandbox_before = sandbox_cpu_s()
     cli_before = _children_cpu_s()
     cli_s(src, work / "out.jsonl", "--broker", fleet.redis.url)
     cli_cpu = _children_cpu_s() - cli_before
+    sandbox_after = sandbox_cpu_s()
     per: dict[str, float] = collections.defaultdict(float)
     for pid, role in pids.items():
         per[role] += _proc_cpu_s(pid) - before[pid]
+    per["sandbox child"] = sum(
+        seconds - sandbox_before.get(pid, 0.0) for pid, seconds in sandbox_after.items()
+    )
     per["producer (gradefleet grade --broker)"] = cli_cpu
     print(f"\nfleet, 2 workers, {n:,} rollouts: CPU us per rollout by process\n")
     print("| process | CPU us per rollout |\n|---|---|")
     for role, seconds in per.items():
         print(f"| {role} | {seconds / n * 1e6:.1f} |")
-    print(
-        "(sandbox children replaced during the run are not counted: "
-        "--recycle-after-items)"
-    )
 
 
 def _children(pid: int) -> list[int]:
@@ -514,12 +510,14 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
-def _proc_cpu_s(pid: int) -> float:
+def _proc_cpu_s(pid: int, *, reaped: bool = False) -> float:
+    """CPU seconds of `pid` itself, or (`reaped`) of the children it has reaped."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    first = 13 if reaped else 11  # cutime, cstime / utime, stime
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- --hostile: the 8,192-rollout step with hostile items ---

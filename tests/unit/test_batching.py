@@ -18,13 +18,15 @@ from producer.batching import (
     LineError,
     Summary,
     atomic_output,
-    chunked,
     dump_line,
     graded_record,
+    growing_chunks,
     parse_line,
     parse_record,
     read_rows,
+    rows_from_record,
 )
+from producer.fields import FieldSpec
 from workers.contract import MAX_TEXT_CHARS
 from workers.models import ExtractionMethod, Status, Verdict, VerifyMethod
 
@@ -153,12 +155,14 @@ def test_batching_read_rows_rejects_an_overlong_line_without_losing_the_next() -
     assert parsed[1].line_no == 2
 
 
-def test_batching_chunked_keeps_order_and_sizes() -> None:
-    chunks = list(chunked(range(7), 3))
-    assert chunks == [[0, 1, 2], [3, 4, 5], [6]]
-    assert list(chunked([], 3)) == []
-    with pytest.raises(ValueError, match="chunk size"):
-        list(chunked(range(3), 0))
+def test_batching_growing_chunks_keep_order_and_grow_to_the_cap() -> None:
+    assert list(growing_chunks(range(7), 3, 1, 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    chunks = list(growing_chunks(range(40), 2, 3, 10))
+    assert [len(c) for c in chunks] == [2, 6, 10, 10, 10, 2]
+    assert [x for c in chunks for x in c] == list(range(40))
+    assert list(growing_chunks([], 3, 2, 5)) == []
+    with pytest.raises(ValueError, match="chunk sizes"):
+        list(growing_chunks(range(3), 0, 2, 5))
 
 
 def _verdict(**changes: object) -> Verdict:
@@ -292,3 +296,28 @@ def test_batching_parse_record_reads_every_line_as_the_stdlib(raw: bytes) -> Non
     # The fast reader (orjson) must never change a value the stdlib reads.
     record = parse_record(raw, 2)
     assert repr(record) == repr(json.loads(raw.decode()))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"response": "so \\boxed{2}", "gold": "2", "id": 7},
+        {"response": "x", "gold": "1", "answer": "9", "completion": "y"},
+        {"response": "x" * (MAX_TEXT_CHARS + 1), "gold": "1"},
+        {"response": "x", "gold": "1" * (MAX_TEXT_CHARS + 1)},
+        {"response": "x", "gold": 3},
+        {"response": ["a", "b"], "gold": "1", "score": [1, 0]},
+        {"response": "x", "gold": ["1", "2"]},
+        {"response": "x", "gold": True},
+    ],
+)
+def test_batching_common_layout_reads_as_the_alias_tables_say(
+    record: dict[str, Any],
+) -> None:
+    # The shortcut for {"response": str, "gold": str} (no field overrides) must give
+    # exactly the rows of the general path, which an override always takes.
+    tables = rows_from_record(dict(record), 3)
+    named = rows_from_record(
+        dict(record), 3, FieldSpec(response="response", gold="gold")
+    )
+    assert tables == named

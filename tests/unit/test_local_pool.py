@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import gsm8k_groups, hostile_grade, qwen_groups
 from workers import verifier
@@ -103,14 +106,18 @@ def test_local_pool_reruns_the_batch_of_a_dead_worker(tmp_path: Path) -> None:
     assert verdicts[25].status is not Status.ERROR
 
 
-def test_local_pool_poison_batch_ends_as_errors() -> None:
+def test_local_pool_item_killing_its_worker_every_time_ends_as_its_error() -> None:
+    # Given an item whose grading process is SIGKILLed (as by the OOM killer) each
+    # time it is on it: the death is not known to be the item's doing
     items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(30)]
-    items[12] = GradeItem(12, "kill-my-worker", "x")
+    items[12] = GradeItem(12, "kill-me", "x")
     with make_pool(batch_size=10, max_attempts=2) as pool:
         verdicts = pool.grade(items, OPTIONS)
         again = pool.grade(items[:10], OPTIONS)  # the pool still works afterwards
-    assert all(v.correct for v in verdicts[:10] + verdicts[20:])
-    assert {v.status for v in verdicts[10:20]} == {Status.ERROR}
+    # Then its batch is run again, and once the attempts are spent only the item the
+    # worker was on is answered `error`; its neighbours are graded
+    assert all(v.correct for i, v in enumerate(verdicts) if i != 12)
+    assert verdicts[12].status is Status.ERROR
     assert "poison batch: its worker was lost 2 times" in verdicts[12].reason
     assert all(v.correct for v in again)
 
@@ -118,16 +125,93 @@ def test_local_pool_poison_batch_ends_as_errors() -> None:
 def test_local_pool_batch_queued_behind_a_lost_one_is_not_charged() -> None:
     # Given one worker, sent two batches at once, each with an item killing it
     items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(20)]
-    items[3] = GradeItem(3, "kill-my-worker", "x")
-    items[13] = GradeItem(13, "kill-my-worker", "x")
+    items[3] = GradeItem(3, "kill-me", "x")
+    items[13] = GradeItem(13, "kill-me", "x")
     with make_pool(processes=1, batch_size=10, max_attempts=2) as pool:
         verdicts = pool.grade(items, OPTIONS)
         again = pool.grade(items[:3], OPTIONS)
     # Then each batch is charged only for the losses while it was being graded
-    assert {v.status for v in verdicts} == {Status.ERROR}
     assert "its worker was lost 2 times" in verdicts[3].reason
     assert "its worker was lost 2 times" in verdicts[13].reason
+    assert all(v.correct for i, v in enumerate(verdicts) if i not in (3, 13))
     assert all(v.correct for v in again)
+
+
+@pytest.mark.parametrize(
+    ("response", "status", "reason"),
+    [
+        ("hang", Status.TIMEOUT, "exceeded the 2 s item deadline"),
+        ("alloc-at-once", Status.MEMORY_LIMIT, "MemoryError (RLIMIT_AS)"),
+        ("alloc-slowly", Status.MEMORY_LIMIT, ""),
+        ("abort", Status.ERROR, "killed by SIGABRT"),
+        ("segv", Status.ERROR, "killed by SIGSEGV"),
+        ("raise", Status.ERROR, "grader raised KeyError"),
+    ],
+)
+def test_local_pool_hostile_item_is_answered_and_its_batch_graded(
+    response: str, status: Status, reason: str
+) -> None:
+    # Given a batch with one item that hangs, bloats, crashes or raises
+    items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(12)]
+    items[5] = GradeItem(5, response, "5")
+    with make_pool(
+        processes=1, item_timeout_s=2.0, item_memory_bytes=256 * MIB, batch_size=12
+    ) as pool:
+        started = time.monotonic()
+        verdicts = pool.grade(items, OPTIONS)
+        took_s = time.monotonic() - started
+    # Then that item gets its failure verdict at once (no batch retries), with the
+    # extraction it still has, and every other item of its batch is graded
+    assert verdicts[5].status is status
+    assert reason in verdicts[5].reason
+    assert verdicts[5].extracted == verifier.grade(response, "5").extracted
+    assert all(v.correct for i, v in enumerate(verdicts) if i != 5)
+    assert took_s < 10
+
+
+def test_local_pool_worker_survives_an_item_that_raises() -> None:
+    items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(8)]
+    items[2] = GradeItem(2, "raise", "2")
+    with make_pool(processes=1, batch_size=4) as pool:
+        pool.grade(items[:1], OPTIONS)
+        before = pool.worker_pids
+        verdicts = pool.grade(items, OPTIONS)
+        assert pool.worker_pids == before
+    assert verdicts[2].status is Status.ERROR
+
+
+def _add_pids(seen: set[int], pool: LocalPool, _done: int) -> None:
+    seen.update(pool.worker_pids)
+
+
+def test_local_pool_recycles_its_workers_and_keeps_their_cache_rows(
+    tmp_path: Path,
+) -> None:
+    items = real_rollouts()[:300]
+    expected = [verifier.grade(it.response, it.gold, options=OPTIONS) for it in items]
+    runs = {}
+    for recycle_after in (100, 10_000):
+        seen: set[int] = set()
+        kw = {
+            "processes": 1,
+            "recycle_after_items": recycle_after,
+            "batch_size": 20,
+            "grade_fn": None,
+            "cache_path": tmp_path / f"cache-{recycle_after}.db",
+        }
+        with make_pool(**kw) as pool:
+            note_pids = functools.partial(_add_pids, seen, pool)
+            first = pool.grade(items, OPTIONS, note_pids)
+        with make_pool(**kw) as pool:
+            again = pool.grade(items, OPTIONS)
+        assert [v.replace(cached=False) for v in first] == expected
+        assert [v.replace(cached=False) for v in again] == expected
+        runs[recycle_after] = (len(seen), sum(v.cached for v in again))
+    # 300 items, a fresh worker every 100 (not every one shows up in a progress call)
+    assert runs[100][0] >= 2
+    assert runs[10_000][0] == 1
+    # and every row a recycled worker held was written out when it left
+    assert runs[100][1] == runs[10_000][1] > 0
 
 
 def test_local_pool_identical_texts_read_as_two_answers_are_as_grade_says() -> None:

@@ -1,0 +1,160 @@
+"""Grading in this very process, watched from outside: the embedded pool's worker.
+
+The fleet's `Sandbox` puts a child process between each item and the process that
+owns the batch, because a Celery prefork child must survive an item that hangs or
+bloats. In the embedded pool the worker process itself can be that killable process:
+its parent (the CLI) owns the batches, re-sends what a lost worker held, and can
+enforce the same limits from outside. That saves a process hop per item: every
+rollout used to cross two pipes each way and be encoded four times (issue 11).
+
+How the limits hold without the extra process:
+- deadline: before each step of an item (prepare, then decide) the worker writes
+  (batch, position, start time) into a `ProgressSlot`, a few bytes of memory shared
+  with the parent; the parent reads it while it waits for answers and SIGKILLs the
+  worker once one step has run past the item deadline. A signal handler could not do
+  this: no signal interrupts a big-integer power inside GMP; SIGKILL always works.
+- memory: the worker runs under RLIMIT_AS (its size when it starts + the cap), so a
+  big allocation fails at once with MemoryError: the worker then exits with
+  `EXIT_MEMORY` and the item in its slot is answered `memory_limit`; the parent also
+  samples the worker's RSS and kills it past its baseline + the cap.
+- crash: an item that kills the worker (abort, segfault) is found in the slot too.
+The parent answers the item in the slot and sends the rest of the batch again.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import resource
+import struct
+import time
+from collections.abc import Sequence
+
+from workers import verifier
+from workers.models import GradeOptions, Status, Verdict
+from workers.sandbox import GradeFn, ItemPrep, ItemResult, Selector
+from workers.verdicts import failure_verdict
+
+__all__ = ["EXIT_MEMORY", "InlineGrader", "ProgressSlot", "limit_address_space"]
+
+# The worker's exit status when an item ran out of memory (RLIMIT_AS).
+EXIT_MEMORY = 86
+
+# batch id, position in the batch, step start (time.monotonic_ns; 0: idle)
+_SLOT = struct.Struct("qqq")
+
+
+class ProgressSlot:
+    """Which item a worker is on and since when, in memory shared across fork.
+
+    Created by the parent before it forks the worker (an anonymous shared mapping
+    survives fork; no fd, so the worker's fd hygiene keeps it). One writer (the
+    worker), one reader (the parent); the reader takes two equal reads in a row, so
+    a write it raced with is never read half-done.
+    """
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, _SLOT.size)
+
+    def begin(self, batch: int, position: int) -> None:
+        """The worker starts a step of item `position` of `batch`."""
+        _SLOT.pack_into(self._map, 0, batch, position, time.monotonic_ns())
+
+    def idle(self) -> None:
+        """The worker is between batches."""
+        _SLOT.pack_into(self._map, 0, -1, -1, 0)
+
+    def current(self) -> tuple[int, int, float] | None:
+        """(batch, position, seconds into the step), or None when idle."""
+        while True:
+            first = _SLOT.unpack_from(self._map, 0)
+            if _SLOT.unpack_from(self._map, 0) == first:
+                break
+        batch, position, started_ns = first
+        if started_ns == 0:
+            return None
+        return batch, position, (time.monotonic_ns() - started_ns) / 1e9
+
+
+def limit_address_space(headroom_bytes: int) -> None:
+    """RLIMIT_AS = this process's virtual size now + `headroom_bytes`."""
+    with open("/proc/self/statm", "rb") as f:
+        vm_bytes = int(f.read().split()[0]) * mmap.PAGESIZE
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = vm_bytes + headroom_bytes
+    if hard != resource.RLIM_INFINITY:
+        limit = min(hard, limit)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+class InlineGrader:
+    """`Sandbox.grade_selected` in this process, each step marked in `slot`.
+
+    A verifier bug (an exception) is the item's `error` verdict, as in the sandbox
+    child; a MemoryError ends the process with `EXIT_MEMORY` (its heap is suspect
+    after one), leaving the item in the slot for the parent to answer.
+    """
+
+    def __init__(self, slot: ProgressSlot, grade_fn: GradeFn | None = None) -> None:
+        self._slot = slot
+        # None: decide with the verifier what was prepared (grade() is exactly that).
+        self._grade_fn = None if grade_fn is verifier.grade else grade_fn
+        self.batch = -1  # the batch being graded, for the slot
+
+    def grade_selected(
+        self, pairs: Sequence[tuple[str, str]], options: GradeOptions, select: Selector
+    ) -> list[ItemResult]:
+        """Prepare every pair, then decide those `select` picks (see `Sandbox`)."""
+        begin, batch, clock = self._slot.begin, self.batch, time.perf_counter
+        results: list[ItemResult | None] = [None] * len(pairs)
+        prepared: list[tuple[int, verifier.Prepared, float]] = []
+        for position, (response, gold) in enumerate(pairs):
+            begin(batch, position)
+            started = clock()
+            try:
+                prep = verifier.prepare(response, gold, options=options)
+            except MemoryError:
+                os._exit(EXIT_MEMORY)
+            except Exception as exc:  # a grader bug: this item's verdict, not a crash
+                results[position] = self._failed(pairs[position], options, exc, started)
+                continue
+            prepared.append((position, prep, clock() - started))
+        preps = [
+            ItemPrep(p.decision_key, p.extracted, p.extraction_method, p.format_valid)
+            for _position, p, _s in prepared
+        ]
+        picks = select([position for position, _p, _s in prepared], preps)
+        for (position, prep, prepare_s), own, pick in zip(
+            prepared, preps, picks, strict=True
+        ):
+            if not pick:
+                results[position] = ItemResult(own, None, prepare_s)
+                continue
+            begin(batch, position)
+            started = clock()
+            try:
+                verdict = self._decide(prep, pairs[position], options)
+            except MemoryError:
+                os._exit(EXIT_MEMORY)
+            except Exception as exc:
+                results[position] = self._failed(pairs[position], options, exc, started)
+                continue
+            results[position] = ItemResult(own, verdict, prepare_s + clock() - started)
+        done = [result for result in results if result is not None]
+        assert len(done) == len(pairs)
+        return done
+
+    def _decide(
+        self, prep: verifier.Prepared, pair: tuple[str, str], options: GradeOptions
+    ) -> Verdict:
+        if self._grade_fn is None:
+            return verifier.decide(prep, options=options)
+        return self._grade_fn(pair[0], pair[1], options=options)
+
+    @staticmethod
+    def _failed(
+        pair: tuple[str, str], options: GradeOptions, exc: Exception, started: float
+    ) -> ItemResult:
+        reason = f"grader raised {type(exc).__name__}"
+        verdict = failure_verdict(Status.ERROR, reason, pair[0], pair[1], options)
+        return ItemResult(None, verdict, time.perf_counter() - started)
