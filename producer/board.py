@@ -103,9 +103,6 @@ class JobBoard:
             redis.RedisError, OSError: the broker refused the entry or is down.
         """
         self._write([job], first=True, raise_errors=True)
-        # Written just now: the job's first progress report (`update`, right
-        # after it publishes) need not write the same entry again.
-        self._written_at[job.job_id] = time.monotonic()
         with self._lock:
             self._watched[job.job_id] = job
             if self._thread is None:
