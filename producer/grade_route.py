@@ -49,6 +49,7 @@ _DEADLINE_HEADER_RAW: Final = DEADLINE_HEADER.lower().encode()
 _TOP_FIELDS: Final = frozenset({"items", "options", "deadline_s"})
 _MAX_DEADLINE_S: Final = 86_400.0
 _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+_BIG_FLOAT: Final = float(2**63)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -67,6 +68,25 @@ class GradeCall:
     deadline_s: float | None
 
 
+def _holds_big_float(value: object) -> bool:
+    """Whether a float of magnitude 2**63 or more sits anywhere in `value`.
+
+    orjson reads an integer beyond 64 bits as a float (-2**63 - 1 as -2**63, as a
+    float): such a gold would become the float's text here, while the FastAPI
+    route, which parses with the stdlib, keeps the integer's exact digits.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is float and abs(item) >= _BIG_FLOAT:
+            return True
+        if type(item) is dict:
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return False
+
+
 def _fast_pair(item: object) -> tuple[str, str] | None:
     """The item's pair when its declared fields have their JSON types and the CLI's
     rules accept it (then `RolloutIn` accepts it too); None otherwise."""
@@ -79,6 +99,8 @@ def _fast_pair(item: object) -> tuple[str, str] | None:
         response, gold = item.get("response"), item.get("gold")
         if type(response) is str and type(gold) is str:
             return None if text_error(response, gold) else (response, gold)
+    if _holds_big_float(item):
+        return None
     for name, kinds in ITEM_FIELD_TYPES.items():
         value = item.get(name)
         if value is not None and type(value) not in kinds:
