@@ -43,7 +43,13 @@ from workers.cache import SqliteResultCache
 from workers.childproc import fork_child, read_frame, write_frame
 from workers.errors import DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer
-from workers.inline import EXIT_MEMORY, InlineGrader, ProgressSlot, limit_address_space
+from workers.inline import (
+    DECIDE,
+    EXIT_MEMORY,
+    InlineGrader,
+    ProgressSlot,
+    limit_address_space,
+)
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.sandbox import GradeFn, warm_up_verifier
 from workers.sizing import (
@@ -51,7 +57,12 @@ from workers.sizing import (
     LOCAL_BATCH_SIZE,
     RECYCLE_AFTER_ITEMS,
 )
-from workers.verdicts import failure_verdict, poison_verdict
+from workers.verdicts import (
+    failure_verdict,
+    poison_reason,
+    poison_verdict,
+    unprepared_failure_verdict,
+)
 
 __all__ = ["LocalPool"]
 
@@ -473,13 +484,13 @@ class LocalPool:
         for worker in busy:
             current = worker.slot.current()
             step_s = -1.0
-            if current is not None and current[0] == worker.batches[0][0]:
-                step_s = current[2]
+            if current is not None and current.batch == worker.batches[0][0]:
+                step_s = current.seconds
             if step_s > self._item_timeout_s:
                 reason = f"exceeded the {self._item_timeout_s:g} s item deadline"
                 worker.killed_for = (Status.TIMEOUT, reason)
                 assert current is not None
-                worker.overran = current[:2]
+                worker.overran = (current.batch, current.position)
             elif sample_rss and worker.rss_bytes() > worker.rss_cap_bytes:
                 cap_mib = self._config.item_memory_bytes / 2**20
                 reason = f"exceeded the {cap_mib:g} MiB item memory cap"
@@ -518,25 +529,28 @@ class LocalPool:
             job.attempts[later] -= 1
             job.pending.appendleft(later)
         if worker.overran is not None and (
-            current is None or current[:2] != worker.overran
+            current is None or (current.batch, current.position) != worker.overran
         ):
             # The overrunning item ended just before the kill: nobody to blame.
             job.attempts[batch_id] -= 1
             current = None
-        if current is not None and current[0] == batch_id and current[1] < len(sent):
-            culprit = job.items[sent[current[1]]]
+        if (
+            current is not None
+            and current.batch == batch_id
+            and current.position < len(sent)
+        ):
             cause = worker.killed_for or _death_cause(status)
-            verdict = None
+            if cause is None and job.attempts[batch_id] >= self._max_attempts:
+                cause = Status.ERROR, poison_reason(job.attempts[batch_id])
             if cause is not None:
-                verdict = failure_verdict(
-                    *cause, culprit.response, culprit.gold, job.options
-                )
-            elif job.attempts[batch_id] >= self._max_attempts:
-                verdict = poison_verdict(
-                    culprit.response, culprit.gold, job.options, job.attempts[batch_id]
-                )
-            if verdict is not None:
-                job.answer(sent[current[1]], verdict)
+                culprit = job.items[sent[current.position]]
+                if current.step == DECIDE:  # with the extraction it was prepared with
+                    verdict = failure_verdict(
+                        *cause, culprit.response, culprit.gold, job.options
+                    )
+                else:  # preparing it again here could fail (or hang) the same way
+                    verdict = unprepared_failure_verdict(*cause)
+                job.answer(sent[current.position], verdict)
                 job.attempts[batch_id] -= 1  # the cause is gone with its item
         if job.left_in(batch_id) and job.attempts[batch_id] < self._max_attempts:
             job.pending.appendleft(batch_id)
