@@ -284,6 +284,7 @@ def grade(
         priority=priority,
         keyring=_keyring() if broker else None,
         refused_limit_s=refused_limit_s,
+        freeze_gc=True,  # this process is the CLI's own
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     started_s = time.monotonic()

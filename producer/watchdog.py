@@ -71,7 +71,8 @@ class NoWorkerWatch:
 
     def progress(self) -> None:
         """A result arrived: somebody is working, stop checking."""
-        self._done.set()
+        if not self._done.is_set():  # called per result: set() takes a lock
+            self._done.set()
 
     def _run(self) -> None:
         if self._done.wait(self.first_check_s):

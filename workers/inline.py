@@ -29,19 +29,39 @@ import resource
 import struct
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from workers import verifier
 from workers.models import GradeOptions, Status, Verdict
 from workers.sandbox import GradeFn, ItemPrep, ItemResult, Selector
-from workers.verdicts import failure_verdict
+from workers.verdicts import unprepared_failure_verdict
 
-__all__ = ["EXIT_MEMORY", "InlineGrader", "ProgressSlot", "limit_address_space"]
+__all__ = [
+    "DECIDE",
+    "EXIT_MEMORY",
+    "PREPARE",
+    "InlineGrader",
+    "ProgressSlot",
+    "Step",
+    "limit_address_space",
+]
 
 # The worker's exit status when an item ran out of memory (RLIMIT_AS).
 EXIT_MEMORY = 86
 
-# batch id, position in the batch, step start (time.monotonic_ns; 0: idle)
-_SLOT = struct.Struct("qqq")
+# batch id, position in the batch, step (PREPARE/DECIDE), step start
+# (time.monotonic_ns; 0: idle)
+_SLOT = struct.Struct("qqqq")
+PREPARE, DECIDE = 0, 1
+
+
+class Step(NamedTuple):
+    """What a `ProgressSlot` says a worker is doing."""
+
+    batch: int
+    position: int  # in the batch
+    step: int  # PREPARE or DECIDE
+    seconds: float  # since the step began
 
 
 class ProgressSlot:
@@ -56,24 +76,24 @@ class ProgressSlot:
     def __init__(self) -> None:
         self._map = mmap.mmap(-1, _SLOT.size)
 
-    def begin(self, batch: int, position: int) -> None:
-        """The worker starts a step of item `position` of `batch`."""
-        _SLOT.pack_into(self._map, 0, batch, position, time.monotonic_ns())
+    def begin(self, batch: int, position: int, step: int) -> None:
+        """The worker starts `step` of item `position` of `batch`."""
+        _SLOT.pack_into(self._map, 0, batch, position, step, time.monotonic_ns())
 
     def idle(self) -> None:
         """The worker is between batches."""
-        _SLOT.pack_into(self._map, 0, -1, -1, 0)
+        _SLOT.pack_into(self._map, 0, -1, -1, -1, 0)
 
-    def current(self) -> tuple[int, int, float] | None:
-        """(batch, position, seconds into the step), or None when idle."""
+    def current(self) -> Step | None:
+        """The step the worker is on, or None when it is idle."""
         while True:
             first = _SLOT.unpack_from(self._map, 0)
             if _SLOT.unpack_from(self._map, 0) == first:
                 break
-        batch, position, started_ns = first
+        batch, position, step, started_ns = first
         if started_ns == 0:
             return None
-        return batch, position, (time.monotonic_ns() - started_ns) / 1e9
+        return Step(batch, position, step, (time.monotonic_ns() - started_ns) / 1e9)
 
 
 def limit_address_space(headroom_bytes: int) -> None:
@@ -109,14 +129,16 @@ class InlineGrader:
         results: list[ItemResult | None] = [None] * len(pairs)
         prepared: list[tuple[int, verifier.Prepared, float]] = []
         for position, (response, gold) in enumerate(pairs):
-            begin(batch, position)
+            begin(batch, position, PREPARE)
             started = clock()
             try:
                 prep = verifier.prepare(response, gold, options=options)
             except MemoryError:
                 os._exit(EXIT_MEMORY)
             except Exception as exc:  # a grader bug: this item's verdict, not a crash
-                results[position] = self._failed(pairs[position], options, exc, started)
+                reason = f"grader raised {type(exc).__name__}"
+                verdict = unprepared_failure_verdict(Status.ERROR, reason)
+                results[position] = ItemResult(None, verdict, clock() - started)
                 continue
             prepared.append((position, prep, clock() - started))
         preps = [
@@ -130,14 +152,18 @@ class InlineGrader:
             if not pick:
                 results[position] = ItemResult(own, None, prepare_s)
                 continue
-            begin(batch, position)
+            begin(batch, position, DECIDE)
             started = clock()
             try:
                 verdict = self._decide(prep, pairs[position], options)
             except MemoryError:
                 os._exit(EXIT_MEMORY)
             except Exception as exc:
-                results[position] = self._failed(pairs[position], options, exc, started)
+                reason = f"grader raised {type(exc).__name__}"
+                verdict = verifier.verdict_from(
+                    prep, status=Status.ERROR, reason=reason
+                )
+                results[position] = ItemResult(own, verdict, clock() - started)
                 continue
             results[position] = ItemResult(own, verdict, prepare_s + clock() - started)
         done = [result for result in results if result is not None]
@@ -150,11 +176,3 @@ class InlineGrader:
         if self._grade_fn is None:
             return verifier.decide(prep, options=options)
         return self._grade_fn(pair[0], pair[1], options=options)
-
-    @staticmethod
-    def _failed(
-        pair: tuple[str, str], options: GradeOptions, exc: Exception, started: float
-    ) -> ItemResult:
-        reason = f"grader raised {type(exc).__name__}"
-        verdict = failure_verdict(Status.ERROR, reason, pair[0], pair[1], options)
-        return ItemResult(None, verdict, time.perf_counter() - started)

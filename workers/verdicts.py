@@ -8,9 +8,14 @@ worker keeps dying), so a failure reads the same wherever it happened.
 from __future__ import annotations
 
 from workers import verifier
-from workers.models import GradeOptions, Status, Verdict
+from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 
-__all__ = ["failure_verdict", "poison_verdict"]
+__all__ = [
+    "failure_verdict",
+    "poison_reason",
+    "poison_verdict",
+    "unprepared_failure_verdict",
+]
 
 
 def failure_verdict(
@@ -21,9 +26,26 @@ def failure_verdict(
     return verifier.verdict_from(prepared, status=status, reason=reason)
 
 
+def unprepared_failure_verdict(status: Status, reason: str) -> Verdict:
+    """A failure verdict without the response's extraction: for an item that failed
+    while it was being prepared (preparing it again could fail the same way)."""
+    return Verdict(
+        correct=False,
+        status=status,
+        format_valid=False,
+        extracted=None,
+        extraction_method=ExtractionMethod.NONE,
+        reason=reason,
+        grader_version=verifier.GRADER_VERSION,
+    )
+
+
 def poison_verdict(
     response: str, gold: str, options: GradeOptions, lost: int
 ) -> Verdict:
     """The `error` verdict of an item whose batch lost its worker `lost` times."""
-    reason = f"poison batch: its worker was lost {lost} times"
-    return failure_verdict(Status.ERROR, reason, response, gold, options)
+    return failure_verdict(Status.ERROR, poison_reason(lost), response, gold, options)
+
+
+def poison_reason(lost: int) -> str:
+    return f"poison batch: its worker was lost {lost} times"
