@@ -7,6 +7,7 @@ Exit codes: 0 ok, 2 usage error, and `ProducerError.exit_code` otherwise (see
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -108,6 +109,7 @@ class _ChunkGrader:
         self._started_s = time.monotonic()
         self._watch = watch
         self.refused: BrokerRefusedError | None = None
+        self._frozen = False
 
     def __call__(
         self, rows: Sequence[InputRow], on_progress: Progress
@@ -122,12 +124,24 @@ class _ChunkGrader:
                 rows, on_progress=self._progress(on_progress), deadline_s=left_s
             )
         except (DeadlinePassedError, BrokerRefusedError) as exc:
+            self._freeze_once()
             if isinstance(exc, BrokerRefusedError):
                 self.refused = exc
             arrived = exc.partial or [None] * len(rows)
             on_progress(sum(v is None for v in arrived))
             return [self._stand_in() if v is None else v for v in arrived]
+        self._freeze_once()
         return verdicts
+
+    def _freeze_once(self) -> None:
+        """After the first chunk, the CLI's long-lived objects are all there (the
+        embedded pool's warm-up has imported SymPy): moved out of the collector's
+        reach, full collections stop walking them again and again (issue 11: 0.2 s
+        of the CLI's 2.2 s of CPU on 60,760 rollouts). This process is the CLI's
+        own, so nobody else's heap is frozen."""
+        if not self._frozen:
+            self._frozen = True
+            gc.freeze()
 
     def _stand_in(self) -> Verdict:
         return deadline_verdict() if self.refused is None else refused_verdict()
@@ -284,7 +298,6 @@ def grade(
         priority=priority,
         keyring=_keyring() if broker else None,
         refused_limit_s=refused_limit_s,
-        freeze_gc=True,  # this process is the CLI's own
     )
     options = GradeOptions(allow_fallback=not no_fallback)
     started_s = time.monotonic()

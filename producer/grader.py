@@ -212,7 +212,6 @@ class _EmbeddedGrader(GraderBase):
                 item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
                 cache_path=settings.cache_path,
                 batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
-                freeze_gc=settings.freeze_gc,
             )
         return self._pool
 

@@ -56,8 +56,6 @@ class ProducerSettings:
         refused_limit_s: fleet mode: how long a job waits for a broker that
             refuses writes (maxmemory, read-only replica) before the run ends,
             writing what arrived (exit 8).
-        freeze_gc: embedded mode: the process owns its heap (the CLI), so the
-            pool may `gc.freeze()` it once the verifier is warm (`LocalPool`).
     """
 
     broker_url: str | None = None
@@ -70,7 +68,6 @@ class ProducerSettings:
     priority: str = "bulk"
     keyring: Keyring | None = None
     refused_limit_s: float = DEFAULT_REFUSED_LIMIT_S
-    freeze_gc: bool = False
 
     def __post_init__(self) -> None:
         checks = {

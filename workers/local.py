@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gc
 import os
 import select
 import signal
@@ -52,6 +51,7 @@ from workers.inline import (
 )
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.sandbox import GradeFn, warm_up_verifier
+from workers.sandbox_child import death_status
 from workers.sizing import (
     CACHE_WRITE_BEHIND_ROWS,
     LOCAL_BATCH_SIZE,
@@ -217,15 +217,12 @@ def _stop_worker(worker: _Worker, *, graceful: bool) -> int:
 
 
 def _death_cause(status: int) -> tuple[Status, str] | None:
-    """What a worker's death says about the item it was on (None: nothing)."""
+    """What a worker's death says about the item it was on (None: nothing); worded
+    as a fleet's sandbox says it, so both give the same verdict."""
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_MEMORY:
         return Status.MEMORY_LIMIT, "grader raised MemoryError (RLIMIT_AS)"
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) not in _NOT_THE_ITEMS_DOING:
-        try:
-            name = signal.Signals(os.WTERMSIG(status)).name
-        except ValueError:
-            name = f"signal {os.WTERMSIG(status)}"
-        return Status.ERROR, f"grading process killed by {name}"
+        return death_status(status)
     return None
 
 
@@ -274,11 +271,6 @@ class LocalPool:
         recycle_after_items: a worker is replaced by a fresh one after this many
             items, as the fleet's sandbox children.
         grade_fn: the function the workers decide with (default the verifier).
-        freeze_gc: once the verifier is warm (SymPy imported), move every object in
-            this process out of the garbage collector's reach (`gc.freeze`): for a
-            process that owns its heap, such as the CLI (issue 11: full collections
-            walking SymPy's objects again and again were 0.2 s of the CLI's 2.2 s of
-            CPU on 60,760 rollouts).
         max_attempts: a batch whose worker process dies for no reason found in its
             progress slot is re-run on a fresh worker up to this many times in all;
             then the item it was on (else the whole batch) gets an `error` verdict.
@@ -297,7 +289,6 @@ class LocalPool:
         recycle_after_items: int = RECYCLE_AFTER_ITEMS,
         grade_fn: GradeFn | None = None,
         max_attempts: int = 3,
-        freeze_gc: bool = False,
     ) -> None:
         if processes < 1 or batch_size < 1 or max_attempts < 1:
             raise ValueError("processes, batch_size and max_attempts must be >= 1")
@@ -319,7 +310,6 @@ class LocalPool:
         self._workers: dict[int, _Worker] = {}  # by from_fd
         self._leaving: list[_Worker] = []  # recycled, not yet reaped
         self._rss_checked = 0.0
-        self._freeze_gc = freeze_gc
 
     @property
     def worker_pids(self) -> list[int]:
@@ -418,9 +408,6 @@ class LocalPool:
             self._reap_leaving()
         if len(self._workers) < self._processes:
             warm_up_verifier()  # once per process: workers inherit a warm verifier
-            if self._freeze_gc:
-                self._freeze_gc = False
-                gc.freeze()
         while len(self._workers) < self._processes:
             worker = _spawn_worker(self._config)
             self._workers[worker.from_fd] = worker

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -262,3 +263,18 @@ def test_cli_grade_lone_surrogate_is_escaped_and_every_line_kept(
     assert to_stdout.exit_code == 0, to_stdout.output
     again = [json.loads(x) for x in to_stdout.stdout.splitlines()]
     assert _without_cached(again) == _without_cached(graded)
+
+
+def test_cli_grade_freezes_its_heap_once_the_pool_is_warm(tmp_path: Path) -> None:
+    # Given a file graded in this process by the CLI's embedded pool
+    source = _write_jsonl(tmp_path / "in.jsonl", _real_rollouts(20))
+    gc.unfreeze()
+    try:
+        result = _run(str(source), "-o", str(tmp_path / "o.jsonl"), "--no-cache")
+        # Then its long-lived objects (SymPy's among them, imported by the pool's
+        # warm-up) are out of the collector's reach
+        assert result.exit_code == 0, result.output
+        assert "sympy" in sys.modules
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import signal
 import threading
@@ -144,8 +143,8 @@ def test_local_pool_batch_queued_behind_a_lost_one_is_not_charged() -> None:
         ("hang", Status.TIMEOUT, "exceeded the 2 s item deadline"),
         ("alloc-at-once", Status.MEMORY_LIMIT, "MemoryError (RLIMIT_AS)"),
         ("alloc-slowly", Status.MEMORY_LIMIT, ""),
-        ("abort", Status.ERROR, "killed by SIGABRT"),
-        ("segv", Status.ERROR, "killed by SIGSEGV"),
+        ("abort", Status.ERROR, "sandbox child killed by SIGABRT"),
+        ("segv", Status.ERROR, "sandbox child killed by SIGSEGV"),
         ("raise", Status.ERROR, "grader raised KeyError"),
     ],
 )
@@ -234,21 +233,6 @@ def test_local_pool_close_leaves_no_processes() -> None:
     pool.close()
     assert pool.worker_pids == []
     assert all(not Path(f"/proc/{pid}").exists() for pid in pids)
-
-
-def test_local_pool_freezes_this_heap_only_when_asked() -> None:
-    items = [GradeItem(0, "\\boxed{1}", "1")]
-    gc.unfreeze()
-    with make_pool(processes=1) as pool:
-        pool.grade(items, OPTIONS)
-    assert gc.get_freeze_count() == 0  # a library call leaves the host's heap alone
-    try:
-        with make_pool(processes=1, freeze_gc=True) as pool:
-            (verdict,) = pool.grade(items, OPTIONS)
-        assert gc.get_freeze_count() > 0  # the CLI's: SymPy's objects, walked no more
-        assert verdict.correct
-    finally:
-        gc.unfreeze()
 
 
 def test_local_pool_item_failing_while_prepared_is_answered_without_preparing_it(
