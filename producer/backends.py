@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from producer.errors import ProducerError
-from producer.settings import redact_url
+from producer.settings import CACHE_FILE_NAME, ProducerSettings, redact_url
 from workers.lanes import Lane
 from workers.models import GradeOptions, Verdict
 from workers.sizing import COALESCED_BATCH_SIZE
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from producer.client import GradingClient
+    from producer.grader import Grader
     from producer.job import GradingJob
-    from workers.local import LocalPool
     from workers.signing import Keyring
 
 __all__ = [
@@ -102,14 +102,16 @@ class _OneThread:
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    """What `LocalPool.grade` reads from each rollout."""
+    """A rollout as the `Grader` seam reads it."""
 
     response: str
     gold: str
 
 
 class PoolBackend:
-    """The embedded pool (`workers.local.LocalPool`), one batch at a time.
+    """The embedded pool through the `Grader` seam (`open_grader(None)`: the same
+    grader as `gradefleet grade`, exact-response cache included), one batch at a
+    time, each with its request's options.
 
     The pool grades one call at a time over its processes, so the coalescer runs one
     batch here at once and lets the next one grow meanwhile.
@@ -126,28 +128,32 @@ class PoolBackend:
         cache_path: Path | None = None,
         batch_size: int = 64,
     ) -> None:
-        self._kwargs: dict[str, Any] = {
-            "processes": processes,
-            "item_timeout_s": item_timeout_s,
-            "item_memory_bytes": item_memory_mb * 1024 * 1024,
-            "cache_path": cache_path,
-            "batch_size": batch_size,
-        }
-        self._pool: LocalPool | None = None
+        self._settings = ProducerSettings(
+            processes=processes,
+            item_timeout_s=item_timeout_s,
+            item_memory_mb=item_memory_mb,
+            cache_dir=None if cache_path is None else cache_path.parent,
+            batch_size=batch_size,
+        )
+        if cache_path is not None and self._settings.cache_path != cache_path:
+            raise ValueError(f"the embedded cache file is named {CACHE_FILE_NAME}")
+        self._grader: Grader | None = None
         self._thread = _OneThread("gradefleet-pool")
 
-    def _open(self) -> LocalPool:
-        if self._pool is None:
-            # Imported here: the pool pulls in the sandbox and the verifier (SymPy).
-            from workers.local import LocalPool
+    def _open(self) -> Grader:
+        if self._grader is None:
+            # Imported here: grading pulls in the sandbox and the verifier (SymPy).
+            from producer.grader import open_grader
+            from workers.sandbox import warm_up_verifier
 
-            self._pool = LocalPool(**self._kwargs)
-        return self._pool
+            self._grader = open_grader(None, settings=self._settings)
+            warm_up_verifier()
+        return self._grader
 
     def _grade(
         self, pairs: list[tuple[str, str]], options: GradeOptions
     ) -> list[Verdict]:
-        return self._open().grade([_Item(r, g) for r, g in pairs], options)
+        return self._open().grade([_Item(r, g) for r, g in pairs], options=options)
 
     async def start(self) -> None:
         """Import the verifier now rather than on the first request."""
@@ -159,20 +165,19 @@ class PoolBackend:
         return await self._thread.run(self._grade, pairs, options)
 
     async def ready(self) -> tuple[bool, str]:
-        if self._pool is None:
+        if self._grader is None:
             return False, "embedded pool not started"
-        kwargs = self._kwargs
-        memory_mb = kwargs["item_memory_bytes"] >> 20
+        settings = self._settings
         return True, (
-            f"embedded pool of {kwargs['processes']} processes; per item "
-            f"{kwargs['item_timeout_s']:g} s and {memory_mb} MiB; "
-            f"cache {kwargs['cache_path'] or 'off'}"
+            f"embedded pool of {settings.processes} processes; per item "
+            f"{settings.item_timeout_s:g} s and {settings.item_memory_mb} MiB; "
+            f"cache {settings.cache_path or 'off'}"
         )
 
     async def aclose(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await self._thread.run(pool.close)
+        grader, self._grader = self._grader, None
+        if grader is not None:
+            await self._thread.run(grader.close)
         self._thread.shutdown()
 
 

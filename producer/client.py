@@ -215,6 +215,7 @@ class GradingClient:
         *,
         deadline_s: float | None = None,
         priority: str | None = None,
+        options: GradeOptions | None = None,
     ) -> GradingJob:
         """Validate, split into batches and publish the first `max_batches_in_flight`
         of them (the job sends the rest as results arrive); returns at once.
@@ -222,7 +223,9 @@ class GradingClient:
         Args:
             deadline_s: this job's time limit (default: the client's `deadline_s`).
             priority: this job's lane (default: the client's `priority`).
+            options: this job's verdict-changing options (default: the client's).
         """
+        job_options = options or self.options
         lane = self.priority if priority is None else parse_lane(priority)
         triples = validate_rollouts(rollouts)
         job_id = uuid.uuid4().hex
@@ -240,7 +243,7 @@ class GradingClient:
             batches=batches,
             total=len(triples),
             results_client=self._results,
-            publish=lambda some: self._publish(job_id, lane, some),
+            publish=lambda some: self._publish(job_id, lane, some, job_options),
             release=self._release,
             deadline_at=None if limit_s is None else time.monotonic() + limit_s,
             resend_after_s=self.resend_after_s,
@@ -271,7 +274,13 @@ class GradingClient:
             self._metrics.rollouts_submitted.inc(len(triples))
         return job
 
-    def _publish(self, job_id: str, lane: Lane, batches: Sequence[Batch]) -> None:
+    def _publish(
+        self,
+        job_id: str,
+        lane: Lane,
+        batches: Sequence[Batch],
+        options: GradeOptions,
+    ) -> None:
         """Store the batches' items (one round trip) and publish them to the lane's
         queue; a re-sent batch's items are stored again too.
 
@@ -280,7 +289,7 @@ class GradingClient:
         """
         sent = 0
         try:
-            wires = self._store_items(job_id, batches)
+            wires = self._store_items(job_id, batches, options)
             with self._app.producer_or_acquire() as producer:
                 for batch, wire in zip(batches, wires, strict=True):
                     self._send(batch, wire, queue_for(lane), producer=producer)
@@ -303,7 +312,9 @@ class GradingClient:
             )
         return BrokerUnavailableError(f"cannot {what} on {url}: {exc}")
 
-    def _store_items(self, job_id: str, batches: Sequence[Batch]) -> list[WireBatch]:
+    def _store_items(
+        self, job_id: str, batches: Sequence[Batch], options: GradeOptions
+    ) -> list[WireBatch]:
         """Store each batch's items in the broker's Redis (one round trip); returns
         the task arguments, which name them (`contract.detach_items`)."""
         wires = []
@@ -315,7 +326,7 @@ class GradingClient:
                     job_id=job_id,
                     batch_id=batch.batch_id,
                     items=batch.items,
-                    options=self.options,
+                    options=options,
                     enqueued_at=time.time(),
                     attempt=batch.attempt,
                     kept_alive=True,

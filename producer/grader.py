@@ -57,6 +57,7 @@ class Grader(Protocol):
         *,
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
+        options: GradeOptions | None = None,
     ) -> list[Verdict]:
         """Verdict i belongs to rollouts[i].
 
@@ -64,6 +65,8 @@ class Grader(Protocol):
             rollouts: anything with `response` and `gold` strings.
             on_progress: called as rollouts finish, with how many more are done.
             deadline_s: seconds from now; None: wait as long as it takes.
+            options: verdict-changing options for these rollouts; None: those the
+                grader was opened with (a service grades each request with its own).
 
         Raises:
             InvalidRolloutError: a rollout's text is not a string or too long.
@@ -151,6 +154,7 @@ class GraderBase(abc.ABC):
         *,
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
+        options: GradeOptions | None = None,
     ) -> list[Verdict]:
         """See `Grader.grade`."""
 
@@ -221,12 +225,14 @@ class _EmbeddedGrader(GraderBase):
         *,
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
+        options: GradeOptions | None = None,
     ) -> list[Verdict]:
+        options = options or self._options
         triples = validate_rollouts(rollouts)
         if not all(isinstance(getattr(r, "gold", None), str) for r in rollouts):
             # Numeric golds (and mappings) become text rollouts, as on the fleet.
             rollouts = [Rollout(response=r, gold=g) for _, r, g in triples]
-        known = self._known([(r, g) for _, r, g in triples])
+        known = self._known([(r, g) for _, r, g in triples], options)
         todo = [i for i, verdict in enumerate(known) if verdict is None]
         if on_progress is not None and len(todo) < len(known):
             on_progress(len(known) - len(todo))
@@ -234,7 +240,7 @@ class _EmbeddedGrader(GraderBase):
             return [verdict for verdict in known if verdict is not None]
         try:
             graded = self._grade_in_pool(
-                [rollouts[i] for i in todo], on_progress, deadline_s
+                [rollouts[i] for i in todo], options, on_progress, deadline_s
             )
         except DeadlinePassedError as exc:  # what did arrive, at its own index
             for index, verdict in zip(todo, exc.partial or [], strict=False):
@@ -245,7 +251,9 @@ class _EmbeddedGrader(GraderBase):
             known[index] = verdict
         return [verdict for verdict in known if verdict is not None]
 
-    def _known(self, pairs: list[tuple[str, str]]) -> list[Verdict | None]:
+    def _known(
+        self, pairs: list[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict | None]:
         """Verdicts stored whole for these very texts (None: grade it)."""
         from workers.errors import CacheError
 
@@ -253,7 +261,7 @@ class _EmbeddedGrader(GraderBase):
             return [None] * len(pairs)
         assert self._cache is not None
         try:
-            return self._exact.lookup(pairs, self._options)
+            return self._exact.lookup(pairs, options)
         except CacheError as exc:  # the pool grades them all, as without a cache
             log.warning("exact-response cache lookup failed: %s", exc)
             return [None] * len(pairs)
@@ -266,6 +274,7 @@ class _EmbeddedGrader(GraderBase):
     def _grade_in_pool(
         self,
         rollouts: Sequence[RolloutLike],
+        options: GradeOptions,
         on_progress: ProgressFn | None,
         deadline_s: float | None,
     ) -> list[Verdict]:
@@ -282,7 +291,7 @@ class _EmbeddedGrader(GraderBase):
         try:
             return self._started_pool().grade(
                 rollouts,
-                self._options,
+                options,
                 on_progress=advance,
                 deadline_at=_deadline_at(deadline_s),
             )
@@ -320,8 +329,9 @@ class _FleetGrader(GraderBase):
         *,
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
+        options: GradeOptions | None = None,
     ) -> list[Verdict]:
-        job = self._client.submit(rollouts, deadline_s=deadline_s)
+        job = self._client.submit(rollouts, deadline_s=deadline_s, options=options)
         verdicts: list[Verdict | None] = [None] * len(rollouts)
         try:
             for index, verdict in job.as_completed():

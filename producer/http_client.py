@@ -65,6 +65,7 @@ class HttpGrader(GraderBase):
     ) -> None:
         self.url = url.rstrip("/")
         self._options = request_options(options, priority)
+        self._priority = priority
         self._request_items = request_items
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(
@@ -79,23 +80,30 @@ class HttpGrader(GraderBase):
         *,
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
+        options: GradeOptions | None = None,
     ) -> list[Verdict]:
+        body_options = self._options
+        if options is not None:
+            body_options = request_options(options, self._priority)
         pairs = [(response, gold) for _, response, gold in validate_rollouts(rollouts)]
         deadline_at = None if deadline_s is None else time.monotonic() + deadline_s
         verdicts: list[Verdict] = []
         for start in range(0, len(pairs), self._request_items):
             chunk = pairs[start : start + self._request_items]
-            verdicts += self._post(chunk, deadline_at)
+            verdicts += self._post(chunk, body_options, deadline_at)
             if on_progress is not None:
                 on_progress(len(chunk))
         return verdicts
 
     def _post(
-        self, chunk: Sequence[tuple[str, str]], deadline_at: float | None
+        self,
+        chunk: Sequence[tuple[str, str]],
+        options: dict[str, Any],
+        deadline_at: float | None,
     ) -> list[Verdict]:
         body: dict[str, Any] = {
             "items": [{"response": r, "gold": g} for r, g in chunk],
-            "options": self._options,
+            "options": options,
         }
         for _ in range(_RETRIES_503):
             headers = {}

@@ -22,6 +22,7 @@ from producer.http_client import HttpGrader
 from tests.helpers import qwen_groups
 from tests.hooks import HANG
 from tests.serve_procs import ServeProcess, post_json_many, start_serve
+from workers import verifier
 from workers.lanes import BULK, INTERACTIVE, queue_for
 from workers.models import GradeOptions, Verdict
 
@@ -290,6 +291,16 @@ def test_embedded_serve_takes_the_embedded_options_of_grade(tmp_path: Path) -> N
         one = {"items": [{"response": r"\boxed{4}", "gold": "4"}]}
         reply = httpx.post(server.url + "/v1/grade", json=one, timeout=60)
         assert reply.json()["results"][0]["status"] == "correct"
+        # And each request is graded with its own options (through the embedded
+        # `Grader`, options per call), as in-process `grade()` grades with them
+        loose = {"response": "so the result is 4", "gold": "4"}
+        for options in (GradeOptions(), GradeOptions(allow_fallback=False)):
+            body = {"items": [loose], "options": options.to_dict()}
+            reply = httpx.post(server.url + "/v1/grade", json=body, timeout=60)
+            (got,) = reply.json()["results"]
+            want = verifier.grade(loose["response"], loose["gold"], options=options)
+            assert (got["status"], got["correct"]) == (want.status.value, want.correct)
+        assert want.status.value != "correct"  # the options did change the verdict
     finally:
         server.stop()
 
@@ -437,12 +448,22 @@ def test_one_seam_three_transports_identical_verdicts(
     from workers.models import Rollout
 
     rollouts = [Rollout(r["response"], r["gold"]) for r in real_rollouts(150)]
+    # and answers only a fallback finds (no final-answer marker)
+    rollouts += [Rollout(f"so the result is {n}", str(n)) for n in (4, 17, 250)]
     settings = ProducerSettings(processes=1, cache_dir=None)
-    seen = {}
+    strict = GradeOptions(allow_fallback=False)
+    seen, seen_strict = {}, {}
     for url in (None, redis_server, service.url):
         progress: list[int] = []
         with open_grader(url, settings=settings) as grader:
             verdicts = grader.grade(rollouts, on_progress=progress.append)
+            # the same grader, other options for one call
+            strict_verdicts = grader.grade(rollouts, options=strict)
         assert sum(progress) == len(rollouts)
         seen[url] = [comparable(v) for v in verdicts]
+        seen_strict[url] = [comparable(v) for v in strict_verdicts]
     assert seen[None] == seen[redis_server] == seen[service.url]
+    assert seen_strict[None] == seen_strict[redis_server] == seen_strict[service.url]
+    in_process = [verifier.grade(r.response, r.gold, options=strict) for r in rollouts]
+    assert seen_strict[None] == [comparable(v) for v in in_process]
+    assert seen_strict[None] != seen[None]  # the options did change some verdicts

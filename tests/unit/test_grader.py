@@ -71,8 +71,9 @@ class _EchoGrader(GraderBase):
         *,
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
+        options: GradeOptions | None = None,
     ) -> list[Verdict]:
-        return [verifier.grade(r.response, r.gold) for r in rollouts]
+        return [verifier.grade(r.response, r.gold, options=options) for r in rollouts]
 
     def close(self) -> None:
         pass
