@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     )
     from producer.grader import Grader, GraderBase, open_grader, register_scheme
     from producer.settings import ProducerSettings
+    from workers.models import GradeOptions
 
 __all__ = [
     "AsyncGradingClient",
     "AsyncGradingJob",
     "BrokerUnavailableError",
     "DeadlinePassedError",
+    "GradeOptions",
     "Grader",
     "GraderBase",
     "GradingClient",
@@ -61,6 +63,7 @@ _HOMES = {
     "LineError": "producer.batching",
     "read_rows": "producer.batching",
     "ProducerSettings": "producer.settings",
+    "GradeOptions": "workers.models",
     "BrokerUnavailableError": "producer.errors",
     "DeadlinePassedError": "producer.errors",
     "InvalidRolloutError": "producer.errors",
