@@ -25,7 +25,7 @@ from typing import Any
 
 from producer.errors import ProducerError
 from workers.lanes import INTERACTIVE, Lane
-from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 
 __all__ = [
     "DEFAULT_MAX_BATCH_ITEMS",
@@ -63,15 +63,7 @@ class OverloadedError(ProducerError):
 
 def failure_verdict(status: Status, reason: str, grader_version: str = "") -> Verdict:
     """A verdict for an item that was not graded (deadline, backend failure)."""
-    return Verdict(
-        correct=False,
-        status=status,
-        format_valid=False,
-        extracted=None,
-        extraction_method=ExtractionMethod.NONE,
-        reason=reason,
-        grader_version=grader_version,
-    )
+    return ungraded_verdict(status, reason, grader_version)
 
 
 @dataclass(slots=True)

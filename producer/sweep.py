@@ -34,10 +34,9 @@ from producer.overlap import BehindWriter, read_ahead
 from producer.signals import raise_if_stopped
 from workers.models import (
     TRANSIENT_STATUSES,
-    ExtractionMethod,
     Status,
     Verdict,
-    VerifyMethod,
+    ungraded_verdict,
 )
 from workers.sizing import CHUNK_ROWS, CHUNK_ROWS_GROWTH, FIRST_CHUNK_ROWS
 
@@ -66,15 +65,7 @@ RowKey = tuple[int, int | None]
 
 
 def _stand_in(status: Status, reason: str) -> Verdict:
-    return Verdict(
-        correct=False,
-        status=status,
-        format_valid=False,
-        extracted=None,
-        extraction_method=ExtractionMethod.NONE,
-        verify_method=VerifyMethod.NONE,
-        reason=reason,
-    )
+    return ungraded_verdict(status, reason)
 
 
 def deadline_verdict() -> Verdict:

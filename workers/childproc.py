@@ -18,10 +18,13 @@ from typing import Any
 
 import orjson
 
+from workers.errors import SandboxError
+
 __all__ = [
     "FrameBuffer",
     "encode_frame",
     "fork_child",
+    "open_statm",
     "read_frame",
     "write_all",
     "write_frame",
@@ -141,6 +144,18 @@ def _close_fds_except(keep: Sequence[int]) -> None:
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def open_statm(pid: int, what: str) -> int:
+    """An fd on a child's /proc/<pid>/statm, to sample its memory while it works;
+    if that cannot be opened, the child is killed and reaped (SandboxError): a
+    child whose memory cannot be watched must not grade."""
+    try:
+        return os.open(f"/proc/{pid}/statm", os.O_RDONLY)
+    except OSError as exc:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise SandboxError(f"cannot watch {what} {pid}: {exc}") from exc
 
 
 def fork_child(main: Callable[[int, int], int]) -> tuple[int, int, int]:

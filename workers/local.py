@@ -39,7 +39,7 @@ from typing import Any
 from workers import verifier
 from workers.batch import BatchGrader, GradeItem
 from workers.cache import SqliteResultCache
-from workers.childproc import fork_child, read_frame, write_frame
+from workers.childproc import fork_child, open_statm, read_frame, write_frame
 from workers.errors import DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer
 from workers.inline import (
@@ -161,12 +161,7 @@ def _spawn_worker(config: _WorkerConfig) -> _Worker:
     pid, to_fd, from_fd = fork_child(lambda r, w: _worker_main(r, w, config, slot))
     with contextlib.suppress(OSError):  # above pipe-max-size: the default stays
         fcntl.fcntl(to_fd, fcntl.F_SETPIPE_SZ, _REQUEST_PIPE_BYTES)
-    try:
-        statm_fd = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
-    except OSError as exc:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise SandboxError(f"cannot watch local worker {pid}: {exc}") from exc
+    statm_fd = open_statm(pid, "local worker")
     return _Worker(
         pid=pid,
         to_fd=to_fd,

@@ -202,6 +202,21 @@ ANSWER_FIELDS = tuple(
 )
 
 
+def ungraded_verdict(status: Status, reason: str, grader_version: str = "") -> Verdict:
+    """A verdict for a rollout that has no grading of its own to show (a deadline's
+    stand-in, a backend failure, an item that failed while being prepared): no
+    extraction, not correct."""
+    return Verdict(
+        correct=False,
+        status=status,
+        format_valid=False,
+        extracted=None,
+        extraction_method=ExtractionMethod.NONE,
+        reason=reason,
+        grader_version=grader_version,
+    )
+
+
 def exact_gold_text(value: object) -> str:
     """A gold answer as exact text: str as is, int/Decimal/Fraction/float exactly.
 

@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from workers import verifier
-from workers.childproc import FrameBuffer, fork_child, read_frame, write_frame
-from workers.errors import SandboxError
+from workers.childproc import (
+    FrameBuffer,
+    fork_child,
+    open_statm,
+    read_frame,
+    write_frame,
+)
 from workers.models import GradeOptions, Status, Verdict
 
 __all__ = ["ChildProcess", "GradeFn", "death_status", "spawn_child"]
@@ -184,12 +189,7 @@ def spawn_child(
     pid, req_fd, resp_fd = fork_child(
         lambda req, resp: _child_loop(req, resp, grade_fn, as_bytes)
     )
-    try:
-        statm_fd = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
-    except OSError as exc:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise SandboxError(f"cannot watch sandbox child {pid}: {exc}") from exc
+    statm_fd = open_statm(pid, "sandbox child")
     poller = select.poll()
     poller.register(resp_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     return ChildProcess(

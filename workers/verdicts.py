@@ -8,7 +8,7 @@ worker keeps dying), so a failure reads the same wherever it happened.
 from __future__ import annotations
 
 from workers import verifier
-from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 
 __all__ = [
     "failure_verdict",
@@ -29,15 +29,7 @@ def failure_verdict(
 def unprepared_failure_verdict(status: Status, reason: str) -> Verdict:
     """A failure verdict without the response's extraction: for an item that failed
     while it was being prepared (preparing it again could fail the same way)."""
-    return Verdict(
-        correct=False,
-        status=status,
-        format_valid=False,
-        extracted=None,
-        extraction_method=ExtractionMethod.NONE,
-        reason=reason,
-        grader_version=verifier.GRADER_VERSION,
-    )
+    return ungraded_verdict(status, reason, verifier.GRADER_VERSION)
 
 
 def poison_verdict(

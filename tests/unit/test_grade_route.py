@@ -153,15 +153,19 @@ def test_header_deadline_is_checked() -> None:
             header_deadline_s(bad)
 
 
-def test_encoded_reply_matches_the_documented_schema() -> None:
-    verdict = Verdict(
+def _boxed_four(grader_version: str) -> Verdict:
+    return Verdict(
         correct=True,
         status=Status.CORRECT,
         format_valid=True,
         extracted="4",
         extraction_method=ExtractionMethod.BOXED,
-        grader_version="v1",
+        grader_version=grader_version,
     )
+
+
+def test_encoded_reply_matches_the_documented_schema() -> None:
+    verdict = _boxed_four("v1")
     reply = orjson.loads(encode_results([verdict], RewardConfig(), "v1"))
     assert reply["results"][0] == {**verdict.to_dict(), "score": 1.0}
     GradeResponse.model_validate(reply)
@@ -177,15 +181,7 @@ class _EchoBackend:
     async def grade_batch(
         self, pairs: list[tuple[str, str]], options: GradeOptions, lane: str
     ) -> list[Verdict]:
-        verdict = Verdict(
-            correct=True,
-            status=Status.CORRECT,
-            format_valid=True,
-            extracted="4",
-            extraction_method=ExtractionMethod.BOXED,
-            grader_version="test",
-        )
-        return [verdict] * len(pairs)
+        return [_boxed_four("test")] * len(pairs)
 
     async def ready(self) -> tuple[bool, str]:
         return True, ""
