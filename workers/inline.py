@@ -9,8 +9,8 @@ rollout used to cross two pipes each way and be encoded four times (issue 11).
 
 How the limits hold without the extra process:
 - deadline: before each step of an item (prepare, then decide) the worker writes
-  (batch, position, start time) into a `ProgressSlot`, a few bytes of memory shared
-  with the parent; the parent reads it while it waits for answers and SIGKILLs the
+  (batch, position, step, start time) into a `ProgressSlot`, a few bytes of memory
+  shared with the parent; the parent reads it while it waits for answers and SIGKILLs the
   worker once one step has run past the item deadline. A signal handler could not do
   this: no signal interrupts a big-integer power inside GMP; SIGKILL always works.
 - memory: the worker runs under RLIMIT_AS (its size when it starts + the cap), so a
@@ -18,7 +18,9 @@ How the limits hold without the extra process:
   `EXIT_MEMORY` and the item in its slot is answered `memory_limit`; the parent also
   samples the worker's RSS and kills it past its baseline + the cap.
 - crash: an item that kills the worker (abort, segfault) is found in the slot too.
-The parent answers the item in the slot and sends the rest of the batch again.
+The parent answers the item in the slot (with its extraction if it failed deciding;
+without, if preparing it failed: preparing it again could fail the same way) and
+sends the rest of the batch again.
 """
 
 from __future__ import annotations
