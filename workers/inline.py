@@ -10,9 +10,10 @@ rollout used to cross two pipes each way and be encoded four times (issue 11).
 How the limits hold without the extra process:
 - deadline: before each step of an item (prepare, then decide) the worker writes
   (batch, position, step, start time) into a `ProgressSlot`, a few bytes of memory
-  shared with the parent; the parent reads it while it waits for answers and SIGKILLs the
-  worker once one step has run past the item deadline. A signal handler could not do
-  this: no signal interrupts a big-integer power inside GMP; SIGKILL always works.
+  shared with the parent; the parent reads it while it waits for answers and
+  SIGKILLs the worker once one step has run past the item deadline. A signal handler
+  could not do this: no signal interrupts a big-integer power inside GMP; SIGKILL
+  always works.
 - memory: the worker runs under RLIMIT_AS (its size when it starts + the cap), so a
   big allocation fails at once with MemoryError: the worker then exits with
   `EXIT_MEMORY` and the item in its slot is answered `memory_limit`; the parent also
