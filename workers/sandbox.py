@@ -45,7 +45,7 @@ from workers.models import (
 )
 from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
 from workers.sizing import RECYCLE_AFTER_ITEMS, SANDBOX_FRAME_ITEMS
-from workers.verdicts import failure_verdict
+from workers.verdicts import failure_verdict, unprepared_failure_verdict
 
 __all__ = [
     "GradeFn",
@@ -160,9 +160,23 @@ class _ChunkRun:
     results: list[ItemResult | None]
     chosen: set[int]
 
-    def fail(self, position: int, status: Status, reason: str, seconds: float) -> None:
-        response, gold = self.pairs[position]
-        verdict = failure_verdict(status, reason, response, gold, self.options)
+    def fail(
+        self,
+        position: int,
+        status: Status,
+        reason: str,
+        seconds: float,
+        *,
+        prepared: bool,
+    ) -> None:
+        """Answer an item that failed; with the extraction when the child had
+        prepared it, without when preparing it failed (preparing it again here could
+        fail the same way, or hang)."""
+        if prepared:
+            response, gold = self.pairs[position]
+            verdict = failure_verdict(status, reason, response, gold, self.options)
+        else:
+            verdict = unprepared_failure_verdict(status, reason)
         self.results[position] = ItemResult(None, verdict, seconds)
 
     def unanswered(self) -> list[int]:
@@ -360,7 +374,7 @@ class Sandbox:
         if failure is not None:
             if len(run.chunk) > 1:
                 return run.chunk, True
-            run.fail(run.chunk[0], *failure, 0.0)
+            run.fail(run.chunk[0], *failure, 0.0, prepared=False)
             return [], False
         child = self._child
         assert child is not None
@@ -408,7 +422,7 @@ class Sandbox:
                 status, reason, restart = self._failed(child, outcome)
             self._replace_child(restart)
             if len(run.chunk) == 1:
-                run.fail(run.chunk[0], status, reason, duration_s)
+                run.fail(run.chunk[0], status, reason, duration_s, prepared=False)
             return None
         each_s = duration_s / len(run.chunk)
         prepared: list[tuple[int, int, ItemPrep, float]] = []
@@ -420,11 +434,10 @@ class Sandbox:
                 prepared.append((index, position, prep, each_s))
                 continue
             if isinstance(entry, dict) and "exc" in entry:  # the child stays
-                run.fail(
-                    position, Status.ERROR, f"grader raised {entry['exc']}", each_s
-                )
+                reason = f"grader raised {entry['exc']}"
+                run.fail(position, Status.ERROR, reason, each_s, prepared=False)
                 continue
-            self._lost_on_reply(run, position, entry, each_s)
+            self._lost_on_reply(run, position, entry, each_s, prepared=False)
             return None
         return prepared
 
@@ -469,30 +482,37 @@ class Sandbox:
             if outcome is not _Outcome.REPLY:
                 status, reason, restart = self._failed(child, outcome)
                 self._replace_child(restart)
-                run.fail(position, status, reason, duration_s)
+                run.fail(position, status, reason, duration_s, prepared=True)
                 return False
             verdict = _verdict_or_none(reply)
             if verdict is not None:
                 run.results[position] = ItemResult(prep, verdict, duration_s)
             elif isinstance(reply, dict) and "exc" in reply:  # the child stays
                 reason = f"grader raised {reply['exc']}"
-                run.fail(position, Status.ERROR, reason, duration_s)
+                run.fail(position, Status.ERROR, reason, duration_s, prepared=True)
             else:
-                self._lost_on_reply(run, position, reply, duration_s)
+                self._lost_on_reply(run, position, reply, duration_s, prepared=True)
                 return False
         return True
 
     def _lost_on_reply(
-        self, run: _ChunkRun, position: int, reply: Any, duration_s: float
+        self,
+        run: _ChunkRun,
+        position: int,
+        reply: Any,
+        duration_s: float,
+        *,
+        prepared: bool,
     ) -> None:
         """A MemoryError (RLIMIT_AS) or a malformed reply: the child goes."""
         memory = isinstance(reply, dict) and reply.get("mem") is True
         self._replace_child("memory" if memory else "crash")
         if memory:
             reason = "grader raised MemoryError (RLIMIT_AS)"
-            run.fail(position, Status.MEMORY_LIMIT, reason, duration_s)
+            status = Status.MEMORY_LIMIT
         else:
-            run.fail(position, Status.ERROR, "malformed sandbox reply", duration_s)
+            reason, status = "malformed sandbox reply", Status.ERROR
+        run.fail(position, status, reason, duration_s, prepared=prepared)
 
     def _await_reply(
         self, child: ChildProcess, timeout_s: float, *, gather: bool = False

@@ -187,3 +187,28 @@ def test_sandbox_item_too_big_to_receive_is_memory_limit_for_it_alone() -> None:
     assert statuses == [Status.CORRECT] * 2 + [Status.MEMORY_LIMIT, Status.CORRECT]
     assert "out of memory" in verdicts[2].reason
     assert restarts == ["memory", "memory"]  # the whole chunk, then the item alone
+
+
+def test_sandbox_item_failing_while_prepared_is_answered_without_preparing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an item whose preparing (extraction) raises, here and in the child
+    # forked from here
+    real_prepare = verifier.prepare
+
+    def prepare(response: str, gold: str, **kw: object) -> verifier.Prepared:
+        if response == "raise while prepared":
+            raise KeyError("extraction bug")
+        return real_prepare(response, gold, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(verifier, "prepare", prepare)
+    pairs = [("\\boxed{1}", "1"), ("raise while prepared", "2"), ("\\boxed{3}", "3")]
+    with make_sandbox() as box:
+        verdicts = box.grade_many(pairs, GradeOptions())
+    # Then it is `error` without an extraction (the parent does not prepare it again,
+    # which would raise here too) and its neighbours are graded
+    assert verdicts[1].status is Status.ERROR
+    assert verdicts[1].reason == "grader raised KeyError"
+    assert verdicts[1].extracted is None
+    assert verdicts[0].correct
+    assert verdicts[2].correct
