@@ -9,6 +9,7 @@ import ctypes
 import gc
 import json
 import os
+import resource
 import signal
 import struct
 import sys
@@ -24,8 +25,11 @@ __all__ = [
     "FrameBuffer",
     "encode_frame",
     "fork_child",
+    "limit_address_space",
     "open_statm",
     "read_frame",
+    "self_size_bytes",
+    "statm_rss_bytes",
     "write_all",
     "write_frame",
 ]
@@ -144,6 +148,32 @@ def _close_fds_except(keep: Sequence[int]) -> None:
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def self_size_bytes() -> tuple[int, int]:
+    """(virtual size, resident set) of this process, in bytes."""
+    with open("/proc/self/statm", "rb") as f:
+        fields = f.read().split()
+    return int(fields[0]) * _PAGE_BYTES, int(fields[1]) * _PAGE_BYTES
+
+
+def statm_rss_bytes(statm_fd: int) -> int:
+    """The resident set of the process whose statm `statm_fd` is (`open_statm`);
+    0 once it is gone."""
+    try:
+        return int(os.pread(statm_fd, 128, 0).split()[1]) * _PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def limit_address_space(limit_bytes: int) -> None:
+    """RLIMIT_AS of this process = `limit_bytes` (never above the hard limit)."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = limit_bytes if hard == resource.RLIM_INFINITY else min(hard, limit_bytes)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def open_statm(pid: int, what: str) -> int:

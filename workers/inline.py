@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import resource
 import struct
 import time
 from collections.abc import Sequence
@@ -46,7 +45,6 @@ __all__ = [
     "InlineGrader",
     "ProgressSlot",
     "Step",
-    "limit_address_space",
 ]
 
 # The worker's exit status when an item ran out of memory (RLIMIT_AS).
@@ -97,17 +95,6 @@ class ProgressSlot:
         if started_ns == 0:
             return None
         return Step(batch, position, step, (time.monotonic_ns() - started_ns) / 1e9)
-
-
-def limit_address_space(headroom_bytes: int) -> None:
-    """RLIMIT_AS = this process's virtual size now + `headroom_bytes`."""
-    with open("/proc/self/statm", "rb") as f:
-        vm_bytes = int(f.read().split()[0]) * mmap.PAGESIZE
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = vm_bytes + headroom_bytes
-    if hard != resource.RLIM_INFINITY:
-        limit = min(hard, limit)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 class InlineGrader:

@@ -39,7 +39,15 @@ from typing import Any
 from workers import verifier
 from workers.batch import BatchGrader, GradeItem
 from workers.cache import SqliteResultCache
-from workers.childproc import fork_child, open_statm, read_frame, write_frame
+from workers.childproc import (
+    fork_child,
+    limit_address_space,
+    open_statm,
+    read_frame,
+    self_size_bytes,
+    statm_rss_bytes,
+    write_frame,
+)
 from workers.errors import DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer
 from workers.inline import (
@@ -47,7 +55,6 @@ from workers.inline import (
     EXIT_MEMORY,
     InlineGrader,
     ProgressSlot,
-    limit_address_space,
 )
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.sandbox import GradeFn, warm_up_verifier
@@ -70,7 +77,6 @@ _STOP_GRACE_S = 5.0
 # How often the parent looks at its workers' progress slots and RSS while it waits
 # for answers (answers wake it sooner): the granularity of the deadline and the cap.
 _WATCH_S = 0.01
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # Batches sent to a worker before it answers the first: the next one waits in its
 # pipe, so a worker never idles while the CLI reads its answer and picks more work
 # (on a busy machine the CLI may wait for a core first).
@@ -110,10 +116,7 @@ class _Worker:
     overran: tuple[int, int] | None = None
 
     def rss_bytes(self) -> int:
-        try:
-            return int(os.pread(self.statm_fd, 128, 0).split()[1]) * _PAGE_BYTES
-        except (OSError, IndexError, ValueError):
-            return 0
+        return statm_rss_bytes(self.statm_fd)
 
 
 def _worker_loop(
@@ -128,7 +131,7 @@ def _worker_loop(
         if config.grade_fn is None:  # whole verdicts of the verifier's only
             exact = ExactLayer(cache, verifier.GRADER_VERSION)
     grader = BatchGrader(sandbox=inline, cache=cache, exact=exact)
-    limit_address_space(config.item_memory_bytes)
+    limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
     try:
         while (message := read_frame(to_fd)) is not None:
             items = [GradeItem(i, r, g) for i, r, g in message["items"]]
@@ -150,14 +153,9 @@ def _worker_main(
     return 0
 
 
-def _self_rss_bytes() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[1]) * _PAGE_BYTES
-
-
 def _spawn_worker(config: _WorkerConfig) -> _Worker:
     slot = ProgressSlot()
-    rss_cap_bytes = _self_rss_bytes() + config.item_memory_bytes
+    rss_cap_bytes = self_size_bytes()[1] + config.item_memory_bytes
     pid, to_fd, from_fd = fork_child(lambda r, w: _worker_main(r, w, config, slot))
     with contextlib.suppress(OSError):  # above pipe-max-size: the default stays
         fcntl.fcntl(to_fd, fcntl.F_SETPIPE_SZ, _REQUEST_PIPE_BYTES)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import select
 import signal
 from dataclasses import dataclass, field
@@ -18,15 +17,17 @@ from workers import verifier
 from workers.childproc import (
     FrameBuffer,
     fork_child,
+    limit_address_space,
     open_statm,
     read_frame,
+    self_size_bytes,
+    statm_rss_bytes,
     write_frame,
 )
 from workers.models import GradeOptions, Status, Verdict
 
 __all__ = ["ChildProcess", "GradeFn", "death_status", "spawn_child"]
 
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _EXIT_MEMORY = 86  # the child's exit status when a MemoryError escaped its loop
 
 
@@ -88,9 +89,7 @@ def _child_loop(
     The parent looks the keys up in its cache between the two steps, so no item is
     extracted twice and a cached or duplicate answer is never decided again.
     """
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = as_bytes if hard == resource.RLIM_INFINITY else min(hard, as_bytes)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    limit_address_space(as_bytes)
     try:
         while (request := read_frame(req_fd)) is not None:
             options = GradeOptions.from_dict(request["o"])
@@ -119,13 +118,6 @@ def _child_loop(
     return 0
 
 
-def _self_size_bytes() -> tuple[int, int]:
-    """(virtual size, resident set) of this process, in bytes."""
-    with open("/proc/self/statm", "rb") as f:
-        fields = f.read().split()
-    return int(fields[0]) * _PAGE_BYTES, int(fields[1]) * _PAGE_BYTES
-
-
 # --- in the parent ---
 
 
@@ -143,10 +135,7 @@ class ChildProcess:
     items_done: int = 0
 
     def rss_bytes(self) -> int:
-        try:
-            return int(os.pread(self.statm_fd, 128, 0).split()[1]) * _PAGE_BYTES
-        except (OSError, IndexError, ValueError):
-            return 0
+        return statm_rss_bytes(self.statm_fd)
 
     def exited(self) -> bool:
         """True (and reaped, fds closed) if the child is already gone."""
@@ -184,7 +173,7 @@ def spawn_child(
 ) -> ChildProcess:
     """Fork a child deciding with the verifier (or `grade_fn`, given one), capped at
     this process's size + headroom."""
-    vm_bytes, rss_bytes = _self_size_bytes()
+    vm_bytes, rss_bytes = self_size_bytes()
     as_bytes = vm_bytes + as_headroom
     pid, req_fd, resp_fd = fork_child(
         lambda req, resp: _child_loop(req, resp, grade_fn, as_bytes)
