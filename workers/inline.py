@@ -34,9 +34,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from workers import verifier
-from workers.models import GradeOptions, Status, Verdict
+from workers.models import GradeOptions, Status
 from workers.sandbox import GradeFn, ItemPrep, ItemResult, Selector
-from workers.verdicts import unprepared_failure_verdict
+from workers.sandbox_child import decide_item
+from workers.verdicts import grader_raised_reason, unprepared_failure_verdict
 
 __all__ = [
     "DECIDE",
@@ -126,7 +127,7 @@ class InlineGrader:
             except MemoryError:
                 os._exit(EXIT_MEMORY)
             except Exception as exc:  # a grader bug: this item's verdict, not a crash
-                reason = f"grader raised {type(exc).__name__}"
+                reason = grader_raised_reason(type(exc).__name__)
                 verdict = unprepared_failure_verdict(Status.ERROR, reason)
                 results[position] = ItemResult(None, verdict, clock() - started)
                 continue
@@ -145,11 +146,11 @@ class InlineGrader:
             begin(batch, position, DECIDE)
             started = clock()
             try:
-                verdict = self._decide(prep, pairs[position], options)
+                verdict = decide_item(self._grade_fn, prep, pairs[position], options)
             except MemoryError:
                 os._exit(EXIT_MEMORY)
             except Exception as exc:
-                reason = f"grader raised {type(exc).__name__}"
+                reason = grader_raised_reason(type(exc).__name__)
                 verdict = verifier.verdict_from(
                     prep, status=Status.ERROR, reason=reason
                 )
@@ -159,10 +160,3 @@ class InlineGrader:
         done = [result for result in results if result is not None]
         assert len(done) == len(pairs)
         return done
-
-    def _decide(
-        self, prep: verifier.Prepared, pair: tuple[str, str], options: GradeOptions
-    ) -> Verdict:
-        if self._grade_fn is None:
-            return verifier.decide(prep, options=options)
-        return self._grade_fn(pair[0], pair[1], options=options)

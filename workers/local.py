@@ -65,7 +65,10 @@ from workers.sizing import (
     RECYCLE_AFTER_ITEMS,
 )
 from workers.verdicts import (
+    MEMORY_ERROR_REASON,
+    deadline_reason,
     failure_verdict,
+    memory_cap_reason,
     poison_reason,
     poison_verdict,
     unprepared_failure_verdict,
@@ -213,7 +216,7 @@ def _death_cause(status: int) -> tuple[Status, str] | None:
     """What a worker's death says about the item it was on (None: nothing); worded
     as a fleet's sandbox says it, so both give the same verdict."""
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_MEMORY:
-        return Status.MEMORY_LIMIT, "grader raised MemoryError (RLIMIT_AS)"
+        return Status.MEMORY_LIMIT, MEMORY_ERROR_REASON
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) not in _NOT_THE_ITEMS_DOING:
         return death_status(status)
     return None
@@ -467,13 +470,12 @@ class LocalPool:
             if current is not None and current.batch == worker.batches[0][0]:
                 step_s = current.seconds
             if step_s > self._item_timeout_s:
-                reason = f"exceeded the {self._item_timeout_s:g} s item deadline"
+                reason = deadline_reason(self._item_timeout_s)
                 worker.killed_for = (Status.TIMEOUT, reason)
                 assert current is not None
                 worker.overran = (current.batch, current.position)
             elif sample_rss and worker.rss_bytes() > worker.rss_cap_bytes:
-                cap_mib = self._config.item_memory_bytes / 2**20
-                reason = f"exceeded the {cap_mib:g} MiB item memory cap"
+                reason = memory_cap_reason(self._config.item_memory_bytes)
                 worker.killed_for = (Status.MEMORY_LIMIT, reason)
             elif worker.deadline >= now:
                 continue

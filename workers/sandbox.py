@@ -45,7 +45,14 @@ from workers.models import (
 )
 from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
 from workers.sizing import RECYCLE_AFTER_ITEMS, SANDBOX_FRAME_ITEMS
-from workers.verdicts import failure_verdict, unprepared_failure_verdict
+from workers.verdicts import (
+    MEMORY_ERROR_REASON,
+    deadline_reason,
+    failure_verdict,
+    grader_raised_reason,
+    memory_cap_reason,
+    unprepared_failure_verdict,
+)
 
 __all__ = [
     "GradeFn",
@@ -434,7 +441,7 @@ class Sandbox:
                 prepared.append((index, position, prep, each_s))
                 continue
             if isinstance(entry, dict) and "exc" in entry:  # the child stays
-                reason = f"grader raised {entry['exc']}"
+                reason = grader_raised_reason(entry["exc"])
                 run.fail(position, Status.ERROR, reason, each_s, prepared=False)
                 continue
             self._lost_on_reply(run, position, entry, each_s, prepared=False)
@@ -488,7 +495,7 @@ class Sandbox:
             if verdict is not None:
                 run.results[position] = ItemResult(prep, verdict, duration_s)
             elif isinstance(reply, dict) and "exc" in reply:  # the child stays
-                reason = f"grader raised {reply['exc']}"
+                reason = grader_raised_reason(reply["exc"])
                 run.fail(position, Status.ERROR, reason, duration_s, prepared=True)
             else:
                 self._lost_on_reply(run, position, reply, duration_s, prepared=True)
@@ -508,8 +515,7 @@ class Sandbox:
         memory = isinstance(reply, dict) and reply.get("mem") is True
         self._replace_child("memory" if memory else "crash")
         if memory:
-            reason = "grader raised MemoryError (RLIMIT_AS)"
-            status = Status.MEMORY_LIMIT
+            reason, status = MEMORY_ERROR_REASON, Status.MEMORY_LIMIT
         else:
             reason, status = "malformed sandbox reply", Status.ERROR
         run.fail(position, status, reason, duration_s, prepared=prepared)
@@ -555,10 +561,9 @@ class Sandbox:
     ) -> tuple[Status, str, str]:
         """Status, reason and restart reason for an item whose child must go."""
         if outcome is _Outcome.TIMEOUT:
-            reason = f"exceeded the {self._timeout_s:g} s item deadline"
-            return Status.TIMEOUT, reason, "timeout"
+            return Status.TIMEOUT, deadline_reason(self._timeout_s), "timeout"
         if outcome is _Outcome.MEMORY:
-            reason = f"exceeded the {self._memory_bytes / 2**20:g} MiB item memory cap"
+            reason = memory_cap_reason(self._memory_bytes)
             return Status.MEMORY_LIMIT, reason, "memory"
         status, reason = death_status(child.reap())
         self._child = None

@@ -26,7 +26,7 @@ from workers.childproc import (
 )
 from workers.models import GradeOptions, Status, Verdict
 
-__all__ = ["ChildProcess", "GradeFn", "death_status", "spawn_child"]
+__all__ = ["ChildProcess", "GradeFn", "death_status", "decide_item", "spawn_child"]
 
 _EXIT_MEMORY = 86  # the child's exit status when a MemoryError escaped its loop
 
@@ -61,6 +61,19 @@ def _child_prepare(
     }
 
 
+def decide_item(
+    grade_fn: GradeFn | None,
+    prepared: verifier.Prepared,
+    item: tuple[str, str],
+    options: GradeOptions,
+) -> Verdict:
+    """An item's verdict from what was prepared (None: the verifier decides, as
+    grade() does; else `grade_fn` grades the texts)."""
+    if grade_fn is None:
+        return verifier.decide(prepared, options=options)
+    return grade_fn(item[0], item[1], options=options)
+
+
 def _child_decide(
     grade_fn: GradeFn | None,
     prepared: verifier.Prepared,
@@ -68,11 +81,7 @@ def _child_decide(
     options: GradeOptions,
 ) -> dict[str, Any]:
     try:
-        if grade_fn is None:  # the verifier: decide what was prepared (grade() is
-            verdict = verifier.decide(prepared, options=options)  # exactly this)
-        else:
-            verdict = grade_fn(item[0], item[1], options=options)
-        return {"v": verdict.to_dict()}
+        return {"v": decide_item(grade_fn, prepared, item, options).to_dict()}
     except MemoryError:
         return {"mem": True}
     except Exception as exc:  # a grader bug becomes an `error` verdict, not a crash

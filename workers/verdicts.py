@@ -11,11 +11,32 @@ from workers import verifier
 from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 
 __all__ = [
+    "MEMORY_ERROR_REASON",
+    "deadline_reason",
     "failure_verdict",
+    "grader_raised_reason",
+    "memory_cap_reason",
     "poison_reason",
     "poison_verdict",
     "unprepared_failure_verdict",
 ]
+
+
+# How a failure reads, wherever the item failed (a fleet's sandbox child, an embedded
+# pool's worker): worded once, so both backends give the same verdict.
+MEMORY_ERROR_REASON = "grader raised MemoryError (RLIMIT_AS)"
+
+
+def grader_raised_reason(exception_name: str) -> str:
+    return f"grader raised {exception_name}"
+
+
+def deadline_reason(item_timeout_s: float) -> str:
+    return f"exceeded the {item_timeout_s:g} s item deadline"
+
+
+def memory_cap_reason(item_memory_bytes: int) -> str:
+    return f"exceeded the {item_memory_bytes / 2**20:g} MiB item memory cap"
 
 
 def failure_verdict(
