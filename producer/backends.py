@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from producer.errors import ProducerError
 from producer.settings import CACHE_FILE_NAME, ProducerSettings, redact_url
 from workers.lanes import Lane
-from workers.models import GradeOptions, Verdict
+from workers.models import GradeOptions, Rollout, Verdict
 from workers.sizing import COALESCED_BATCH_SIZE
 
 if TYPE_CHECKING:
@@ -100,14 +100,6 @@ class _OneThread:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
-    """A rollout as the `Grader` seam reads it."""
-
-    response: str
-    gold: str
-
-
 class PoolBackend:
     """The embedded pool through the `Grader` seam (`open_grader(None)`: the same
     grader as `gradefleet grade`, exact-response cache included), one batch at a
@@ -153,7 +145,8 @@ class PoolBackend:
     def _grade(
         self, pairs: list[tuple[str, str]], options: GradeOptions
     ) -> list[Verdict]:
-        return self._open().grade([_Item(r, g) for r, g in pairs], options=options)
+        rollouts = [Rollout(response, gold) for response, gold in pairs]
+        return self._open().grade(rollouts, options=options)
 
     async def start(self) -> None:
         """Import the verifier now rather than on the first request."""

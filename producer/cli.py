@@ -120,18 +120,17 @@ class _ChunkGrader:
             on_progress(len(rows))
             return [self._stand_in()] * len(rows)
         try:
-            verdicts = self._grader.grade(
+            return self._grader.grade(
                 rows, on_progress=self._progress(on_progress), deadline_s=left_s
             )
         except (DeadlinePassedError, BrokerRefusedError) as exc:
-            self._freeze_once()
             if isinstance(exc, BrokerRefusedError):
                 self.refused = exc
             arrived = exc.partial or [None] * len(rows)
             on_progress(sum(v is None for v in arrived))
             return [self._stand_in() if v is None else v for v in arrived]
-        self._freeze_once()
-        return verdicts
+        finally:
+            self._freeze_once()
 
     def _freeze_once(self) -> None:
         """After the first chunk, the CLI's long-lived objects are all there (the

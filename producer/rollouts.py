@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from producer.errors import InvalidRolloutError
-from workers.contract import MAX_TEXT_CHARS, text_error
+from workers.contract import text_error
 from workers.models import exact_gold_text
 
 __all__ = ["validate_rollouts"]
@@ -25,7 +25,7 @@ def _texts(rollout: object, index: int) -> tuple[str, str]:
         if (
             type(response) is str
             and type(gold) is str
-            and max(len(response), len(gold)) <= MAX_TEXT_CHARS
+            and text_error(response, gold) is None
         ):
             return response, gold
     if isinstance(rollout, Mapping):

@@ -64,19 +64,15 @@ GradeRows = Callable[[Sequence[InputRow], Progress], list[Verdict]]
 RowKey = tuple[int, int | None]
 
 
-def _stand_in(status: Status, reason: str) -> Verdict:
-    return ungraded_verdict(status, reason)
-
-
 def deadline_verdict() -> Verdict:
     """The stand-in for a rollout whose result did not arrive before the deadline."""
-    return _stand_in(Status.TIMEOUT, DEADLINE_REASON)
+    return ungraded_verdict(Status.TIMEOUT, DEADLINE_REASON)
 
 
 def refused_verdict() -> Verdict:
     """The stand-in for a rollout left without a result by a broker that refused
     writes (an `error`: `--resume` grades it again)."""
-    return _stand_in(Status.ERROR, REFUSED_REASON)
+    return ungraded_verdict(Status.ERROR, REFUSED_REASON)
 
 
 def _row_key(line_no: int, record: dict[str, Any]) -> RowKey:
@@ -180,13 +176,6 @@ def _grade_alternatives(
     return [v for v in chosen if v is not None]
 
 
-class _InTurn:
-    """`BehindWriter`'s `put`, writing at once in this thread."""
-
-    def __init__(self, write: Callable[[Any], None]) -> None:
-        self.put = write
-
-
 def grade_file(
     input_path: str,
     output_path: str,
@@ -234,9 +223,9 @@ def grade_file(
                 summary.add(verdict)
             summary.resumed += resumed
 
-        writer: BehindWriter[Any] | _InTurn = _InTurn(write)
+        put: Callable[[Any], None] = write  # in turn, in this thread
         if overlap:  # order is kept either way
-            writer = stack.enter_context(BehindWriter(write))
+            put = stack.enter_context(BehindWriter(write)).put
             chunks = read_ahead(chunks)
         for chunk in chain([first], chunks):
             raise_if_stopped()
@@ -255,7 +244,7 @@ def grade_file(
                 else next(graded)
                 for row in rows
             ]
-            writer.put((rows, verdicts, len(rows) - len(todo)))
+            put((rows, verdicts, len(rows) - len(todo)))
         raise_if_stopped()  # before the output is renamed into place
     errors.finish()
     summary.input_errors = errors.count

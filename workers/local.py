@@ -206,10 +206,15 @@ def _stop_worker(worker: _Worker, *, graceful: bool) -> int:
             status = os.waitpid(worker.pid, 0)[1]
         except ChildProcessError:
             status = 0
+    _close_fds(worker)
+    return status
+
+
+def _close_fds(worker: _Worker) -> None:
+    """Close the answer pipe and statm fd of a reaped worker."""
     for fd in (worker.from_fd, worker.statm_fd):
         with contextlib.suppress(OSError):
             os.close(fd)
-    return status
 
 
 def _death_cause(status: int) -> tuple[Status, str] | None:
@@ -387,9 +392,7 @@ class LocalPool:
         for worker in list(self._leaving):
             if _reaped(worker.pid) is not None:
                 self._leaving.remove(worker)
-                for fd in (worker.from_fd, worker.statm_fd):
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                _close_fds(worker)
 
     def _dispatch(self, job: _Job) -> None:
         recycle_after = self._config.recycle_after_items
