@@ -13,9 +13,13 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from workers import verifier
 from workers.models import GradeOptions, Rollout, Verdict
+
+if TYPE_CHECKING:
+    import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT / "tests" / "data"
@@ -127,3 +131,19 @@ def hostile_grade(
     elif "kill-me" in response:
         _kill_self()
     return verifier.grade(response, gold, options=options)
+
+
+def misbehave_while_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch `verifier.prepare` here (and so in every process forked from here):
+    "hang while prepared" hangs, "raise while prepared" raises KeyError; other
+    texts are prepared as always."""
+    real_prepare = verifier.prepare
+
+    def prepare(response: str, gold: str, **kw: Any) -> verifier.Prepared:
+        if response == "hang while prepared":
+            time.sleep(60)
+        if response == "raise while prepared":
+            raise KeyError("extraction bug")
+        return real_prepare(response, gold, **kw)
+
+    monkeypatch.setattr(verifier, "prepare", prepare)

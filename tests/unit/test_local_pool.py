@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import gsm8k_groups, hostile_grade, qwen_groups
+from tests.helpers import (
+    gsm8k_groups,
+    hostile_grade,
+    misbehave_while_prepared,
+    qwen_groups,
+)
 from workers import verifier
 from workers.batch import GradeItem
 from workers.local import LocalPool
@@ -240,16 +245,7 @@ def test_local_pool_item_failing_while_prepared_is_answered_without_preparing_it
 ) -> None:
     # Given items whose preparing (extraction) hangs or raises, in the workers
     # (forked from here, so they run this patched verifier)
-    real_prepare = verifier.prepare
-
-    def prepare(response: str, gold: str, **kw: object) -> verifier.Prepared:
-        if response == "hang while prepared":
-            time.sleep(60)
-        if response == "raise while prepared":
-            raise KeyError("extraction bug")
-        return real_prepare(response, gold, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(verifier, "prepare", prepare)
+    misbehave_while_prepared(monkeypatch)
     items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(10)]
     items[3] = GradeItem(3, "hang while prepared", "3")
     items[6] = GradeItem(6, "raise while prepared", "6")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import MIB, hostile_grade
+from tests.helpers import MIB, hostile_grade, misbehave_while_prepared
 from workers import verifier
 from workers.models import GradeOptions, Status
 from workers.sandbox import Sandbox
@@ -194,14 +194,7 @@ def test_sandbox_item_failing_while_prepared_is_answered_without_preparing_it(
 ) -> None:
     # Given an item whose preparing (extraction) raises, here and in the child
     # forked from here
-    real_prepare = verifier.prepare
-
-    def prepare(response: str, gold: str, **kw: object) -> verifier.Prepared:
-        if response == "raise while prepared":
-            raise KeyError("extraction bug")
-        return real_prepare(response, gold, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(verifier, "prepare", prepare)
+    misbehave_while_prepared(monkeypatch)
     pairs = [("\\boxed{1}", "1"), ("raise while prepared", "2"), ("\\boxed{3}", "3")]
     with make_sandbox() as box:
         verdicts = box.grade_many(pairs, GradeOptions())
