@@ -10,6 +10,7 @@ graded. Output: the input object (one per sample) plus `VERDICT_FIELDS` and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import re
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -55,10 +56,12 @@ __all__ = [
     "atomic_path",
     "dump_line",
     "expand_records",
+    "grade_alternatives",
     "graded_record",
     "growing_chunks",
     "parse_line",
     "parse_record",
+    "read_lines",
     "read_records",
     "read_rows",
     "rows_from_record",
@@ -203,11 +206,11 @@ def parse_line(
     return rows_from_record(record, line_no, spec)
 
 
-def read_records(
+def read_lines(
     stream: IO[bytes], *, max_line_bytes: int = MAX_LINE_BYTES
-) -> Iterator[tuple[int, dict[str, Any]] | LineError]:
-    """Yield `(line_no, object)` or an error per non-blank line (streaming, bounded
-    per line)."""
+) -> Iterator[tuple[int, bytes] | LineError]:
+    """Yield `(line_no, raw line)`, or an error for a line over `max_line_bytes`,
+    which is never held in memory whole (streaming)."""
     line_no = 0
     while True:
         raw = stream.readline(max_line_bytes + 1)
@@ -221,6 +224,19 @@ def read_records(
                 line_no=line_no, reason=f"line longer than {max_line_bytes} bytes"
             )
             continue
+        yield line_no, raw
+
+
+def read_records(
+    stream: IO[bytes], *, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, dict[str, Any]] | LineError]:
+    """Yield `(line_no, object)` or an error per non-blank line (streaming, bounded
+    per line)."""
+    for item in read_lines(stream, max_line_bytes=max_line_bytes):
+        if isinstance(item, LineError):
+            yield item
+            continue
+        line_no, raw = item
         record = parse_record(raw, line_no)
         if isinstance(record, LineError):
             yield record
@@ -267,6 +283,31 @@ def growing_chunks(
     while chunk := list(islice(iterator, size)):
         yield chunk
         size = min(size * growth, most)
+
+
+def grade_alternatives(
+    rows: Sequence[InputRow],
+    grade_rows: Callable[[Sequence[InputRow], Callable[[int], None]], list[Verdict]],
+    advance: Callable[[int], None],
+) -> list[Verdict]:
+    """Grade each row against every acceptable gold: the first correct verdict, else
+    the verdict against the first gold."""
+    if not any(row.alt_golds for row in rows):
+        return grade_rows(rows, advance)
+    items: list[InputRow] = []
+    owners: list[int] = []
+    for position, row in enumerate(rows):
+        for gold in (row.gold, *row.alt_golds):
+            items.append(dataclasses.replace(row, gold=gold, alt_golds=()))
+            owners.append(position)
+    verdicts = grade_rows(items, lambda _n: None)
+    advance(len(rows))
+    chosen: list[Verdict | None] = [None] * len(rows)
+    for owner, verdict in zip(owners, verdicts, strict=True):
+        best = chosen[owner]
+        if best is None or (verdict.correct and not best.correct):
+            chosen[owner] = verdict
+    return [v for v in chosen if v is not None]
 
 
 def graded_record(row: InputRow, verdict: Verdict) -> dict[str, Any]:
@@ -406,6 +447,24 @@ class Summary:
         self.format_valid += verdict.format_valid
         self.cached += verdict.cached
         self.statuses[verdict.status.value] += 1
+
+    def totals(self) -> dict[str, Any]:
+        """The verdict totals as JSON (a line-mode worker's, see `add_totals`)."""
+        return {
+            "graded": self.graded,
+            "correct": self.correct,
+            "format_valid": self.format_valid,
+            "cached": self.cached,
+            "statuses": dict(self.statuses),
+        }
+
+    def add_totals(self, totals: dict[str, Any]) -> None:
+        """Add the verdict totals of rows counted elsewhere (`totals()`)."""
+        self.graded += totals["graded"]
+        self.correct += totals["correct"]
+        self.format_valid += totals["format_valid"]
+        self.cached += totals["cached"]
+        self.statuses.update(totals["statuses"])
 
     def rows(self) -> list[tuple[str, str]]:
         """(label, value) pairs in display order; every status is listed."""

@@ -27,7 +27,8 @@ from producer.errors import (
     ProducerError,
 )
 from producer.fields import FieldSpec, alias_table_text
-from producer.grader import Grader, open_grader
+from producer.grader import Grader, line_runner, open_grader
+from producer.lines import LineGrader
 from producer.report_cli import (
     audit,
     check_broker_url,
@@ -129,6 +130,20 @@ class _ChunkGrader:
             arrived = exc.partial or [None] * len(rows)
             on_progress(sum(v is None for v in arrived))
             return [self._stand_in() if v is None else v for v in arrived]
+        finally:
+            self._freeze_once()
+
+    def units(
+        self, units: Sequence[Any], weights: Sequence[int], on_progress: Progress
+    ) -> list[Any]:
+        """Line mode (`producer.lines`) on the embedded pool, in what is left of
+        --deadline-s: a result per unit, None where none arrived in time."""
+        left_s = self._deadline_s - (time.monotonic() - self._started_s)
+        run_units = line_runner(self._grader)
+        if left_s <= 0 or run_units is None:
+            return [None] * len(units)
+        try:
+            return run_units(units, weights, on_progress=on_progress, deadline_s=left_s)
         finally:
             self._freeze_once()
 
@@ -307,6 +322,9 @@ def grade(
     ):
         show_progress = not quiet and sys.stderr.isatty()
         grade_rows = _ChunkGrader(grader, settings.deadline_s, watch)
+        grade_lines = None
+        if line_runner(grader) is not None:
+            grade_lines = LineGrader(grade_rows.units, spec, options)
         summary = grade_file(
             input_path,
             output_path,
@@ -315,6 +333,7 @@ def grade(
             show_progress=show_progress,
             resume=resume,
             overlap=settings.broker_url is not None,
+            grade_lines=grade_lines,
         )
     summary.wall_s = time.monotonic() - started_s
     if not quiet:

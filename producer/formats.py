@@ -20,6 +20,7 @@ from producer.batching import (
     atomic_output,
     atomic_path,
     dump_line,
+    read_lines,
     read_records,
 )
 from producer.errors import InputFormatError
@@ -30,9 +31,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "InputFormat",
+    "JsonlWriter",
     "RecordWriter",
     "detect_format",
     "iter_records",
+    "jsonl_lines",
     "open_output",
 ]
 
@@ -68,23 +71,47 @@ def iter_records(path: str) -> Iterator[Record | LineError]:
     Raises:
         InputFormatError: the file is Parquet or a zip but cannot be read as such.
     """
+    fmt = _input_format(path)
+    if fmt is InputFormat.JSONL:
+        with _jsonl_stream(path) as stream:
+            yield from read_records(stream)
+    elif fmt is InputFormat.PARQUET:
+        yield from _parquet_records(path)
+    else:
+        yield from _inspect_records(path)
+
+
+def jsonl_lines(path: str) -> Iterator[tuple[int, bytes] | LineError] | None:
+    """The raw lines of `path` (`-`: standard input) if it is JSONL, else None."""
+    if _input_format(path) is not InputFormat.JSONL:
+        return None
+
+    def lines() -> Iterator[tuple[int, bytes] | LineError]:
+        with _jsonl_stream(path) as stream:
+            yield from read_lines(stream)
+
+    return lines()
+
+
+def _input_format(path: str) -> InputFormat:
+    """What `path` holds (`-`: standard input, which must be JSONL)."""
     if path == "-":
         stdin = sys.stdin.buffer
         head = stdin.peek(4)[:4] if hasattr(stdin, "peek") else b""
         if detect_format(head) is not InputFormat.JSONL:
             raise InputFormatError("Parquet and .eval input need a file path, not -")
-        yield from read_records(stdin)
+        return InputFormat.JSONL
+    with open(path, "rb") as handle:
+        return detect_format(handle.read(4))
+
+
+@contextlib.contextmanager
+def _jsonl_stream(path: str) -> Iterator[IO[bytes]]:
+    if path == "-":
+        yield sys.stdin.buffer  # left open: it is not ours
         return
     with open(path, "rb") as handle:
-        fmt = detect_format(handle.read(4))
-        if fmt is InputFormat.JSONL:
-            handle.seek(0)
-            yield from read_records(handle)
-            return
-    if fmt is InputFormat.PARQUET:
-        yield from _parquet_records(path)
-    else:
-        yield from _inspect_records(path)
+        yield handle
 
 
 def _parquet_records(path: str) -> Iterator[Record]:
@@ -147,12 +174,16 @@ class RecordWriter(Protocol):
     def write(self, record: Mapping[str, Any]) -> None: ...
 
 
-class _JsonlWriter:
+class JsonlWriter:
     def __init__(self, handle: IO[str]) -> None:
         self._handle = handle
 
     def write(self, record: Mapping[str, Any]) -> None:
         self._handle.write(dump_line(record))
+
+    def write_lines(self, text: str) -> None:
+        """Lines `dump_line` wrote elsewhere (a line-mode worker), as they are."""
+        self._handle.write(text)
 
 
 class _ParquetWriter:
@@ -221,7 +252,7 @@ def open_output(path: str) -> Iterator[RecordWriter]:
     standard output). Readers see the old file or the whole new one."""
     if not path.endswith(".parquet"):
         with atomic_output(path) as handle:
-            yield _JsonlWriter(handle)
+            yield JsonlWriter(handle)
         return
     with atomic_path(path) as tmp_name:
         writer = _ParquetWriter(tmp_name)

@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 from urllib.parse import urlsplit
 
 from producer.errors import DeadlinePassedError, JobCutShortError, ProducerError
@@ -38,6 +38,7 @@ __all__ = [
     "GraderBase",
     "GraderFactory",
     "ProgressFn",
+    "line_runner",
     "open_grader",
     "register_scheme",
 ]
@@ -178,6 +179,20 @@ def _deadline_at(deadline_s: float | None) -> float | None:
     return None if deadline_s is None else time.monotonic() + deadline_s
 
 
+def _as_steps(on_progress: ProgressFn | None) -> Callable[[int], None] | None:
+    """`on_progress` (counts since the last call) for the pool's running totals."""
+    if on_progress is None:
+        return None
+    done = 0
+
+    def advance(done_in_call: int) -> None:
+        nonlocal done
+        on_progress(done_in_call - done)
+        done = done_in_call
+
+    return advance
+
+
 class _EmbeddedGrader(GraderBase):
     """The local pool: worker processes on this machine, each with its own sandbox.
 
@@ -206,6 +221,7 @@ class _EmbeddedGrader(GraderBase):
 
     def _started_pool(self) -> LocalPool:
         if self._pool is None:
+            from producer.lines import grade_line_unit
             from workers.local import LocalPool
             from workers.sizing import LOCAL_BATCH_SIZE
 
@@ -216,8 +232,32 @@ class _EmbeddedGrader(GraderBase):
                 item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
                 cache_path=settings.cache_path,
                 batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
+                unit_fn=grade_line_unit,
             )
         return self._pool
+
+    def run_line_units(
+        self,
+        units: Sequence[Any],
+        weights: Sequence[int],
+        *,
+        on_progress: ProgressFn | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Any]:
+        """Line mode (`producer.lines`): each unit run whole by a pool worker. None
+        where a unit has no result: the deadline passed first, or its worker was
+        lost too often with no item to blame (grade its rows with `grade`)."""
+        from workers.errors import DeadlineError
+
+        try:
+            return self._started_pool().run_units(
+                units,
+                weights,
+                on_progress=_as_steps(on_progress),
+                deadline_at=_deadline_at(deadline_s),
+            )
+        except DeadlineError as exc:
+            return list(exc.partial or [None] * len(units))
 
     def grade(
         self,
@@ -280,19 +320,11 @@ class _EmbeddedGrader(GraderBase):
     ) -> list[Verdict]:
         from workers.errors import DeadlineError
 
-        done = 0
-
-        def advance(done_in_call: int) -> None:  # the pool reports a running total
-            nonlocal done
-            if on_progress is not None:
-                on_progress(done_in_call - done)
-            done = done_in_call
-
         try:
             return self._started_pool().grade(
                 rollouts,
                 options,
-                on_progress=advance,
+                on_progress=_as_steps(on_progress),
                 deadline_at=_deadline_at(deadline_s),
             )
         except DeadlineError as exc:
@@ -346,6 +378,12 @@ class _FleetGrader(GraderBase):
 
     def close(self) -> None:
         self._client.close()
+
+
+def line_runner(grader: Grader) -> Callable[..., list[Any]] | None:
+    """The embedded pool's line mode (`_EmbeddedGrader.run_line_units`); None for
+    any other grader, which grades rows only."""
+    return grader.run_line_units if isinstance(grader, _EmbeddedGrader) else None
 
 
 def _open_embedded(

@@ -9,7 +9,6 @@ and are listed by input line.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -24,12 +23,22 @@ from producer.batching import (
     LineError,
     Summary,
     expand_records,
+    grade_alternatives,
     graded_record,
     growing_chunks,
+    parse_line,
 )
 from producer.errors import DeadlinePassedError, InputFormatError
 from producer.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
-from producer.formats import InputFormat, detect_format, iter_records, open_output
+from producer.formats import (
+    InputFormat,
+    JsonlWriter,
+    detect_format,
+    iter_records,
+    jsonl_lines,
+    open_output,
+)
+from producer.lines import LineGrader
 from producer.overlap import BehindWriter, read_ahead
 from producer.signals import raise_if_stopped
 from workers.models import (
@@ -153,29 +162,6 @@ def _reusable(row: InputRow, kept: dict[RowKey, tuple[str, Verdict]]) -> bool:
     return stored is not None and stored[0] == row.response
 
 
-def _grade_alternatives(
-    rows: Sequence[InputRow], grade_rows: GradeRows, advance: Progress
-) -> list[Verdict]:
-    """Grade each row against every acceptable gold: the first correct verdict, else
-    the verdict against the first gold."""
-    if not any(row.alt_golds for row in rows):
-        return grade_rows(rows, advance)
-    items: list[InputRow] = []
-    owners: list[int] = []
-    for position, row in enumerate(rows):
-        for gold in (row.gold, *row.alt_golds):
-            items.append(dataclasses.replace(row, gold=gold, alt_golds=()))
-            owners.append(position)
-    verdicts = grade_rows(items, lambda _n: None)
-    advance(len(rows))
-    chosen: list[Verdict | None] = [None] * len(rows)
-    for owner, verdict in zip(owners, verdicts, strict=True):
-        best = chosen[owner]
-        if best is None or (verdict.correct and not best.correct):
-            chosen[owner] = verdict
-    return [v for v in chosen if v is not None]
-
-
 def grade_file(
     input_path: str,
     output_path: str,
@@ -185,15 +171,18 @@ def grade_file(
     show_progress: bool,
     resume: bool = False,
     overlap: bool = True,
+    grade_lines: LineGrader | None = None,
 ) -> Summary:
     """Grade `input_path` into `output_path` and return the run's totals.
 
-    With `overlap`, the next chunk is read and the previous one written in threads
-    while one is graded (`producer.overlap`): for a fleet, which grades elsewhere
-    while this process waits on sockets. Without it, in turn: for the embedded pool,
-    whose workers share this machine's cores, so the threads' GIL hand-offs cost
-    more CPU than the overlap saves (issue 11: 60,760 rollouts on 2 cores, CLI CPU
-    2.41 s instead of 2.8 s, wall 3.6 s instead of 3.7-4.5 s).
+    With `grade_lines` (the embedded pool), JSONL in and out without `resume` goes
+    in line mode (`producer.lines`): the workers parse the lines and write the
+    output lines, and this process only moves bytes. Otherwise this process reads
+    rows and writes verdicts; with `overlap`, the next chunk is read and the
+    previous one written in threads while one is graded (`producer.overlap`): for a
+    fleet, which grades elsewhere while this process waits on sockets. Without it,
+    in turn: for the embedded pool, whose workers share this machine's cores, so
+    the threads' GIL hand-offs cost more CPU than the overlap saves (issue 11).
 
     Rows the deadline cut off are written as `timeout`; their input lines are in
     `summary.late_lines` (see `deadline_error`).
@@ -202,15 +191,11 @@ def grade_file(
     errors = _ErrorReport("<stdin>" if input_path == "-" else input_path)
     kept = load_resumable(output_path, spec) if resume else {}
     late_lines: list[int] = []
-    rows_in = expand_records(iter_records(input_path), spec)
+    lines = None
+    if grade_lines is not None and not resume and not output_path.endswith(".parquet"):
+        lines = jsonl_lines(input_path)
     with ExitStack() as stack:
-        chunks = growing_chunks(
-            rows_in, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS
-        )
-        first = next(chunks, [])
-        good = [row for row in first if isinstance(row, InputRow)]
-        one_per_line = len({row.line_no for row in good}) == len(good)
-        total = _count_lines(input_path) if show_progress and one_per_line else None
+        chunks, total = _chunks(input_path, spec, lines, show_progress)
         out = stack.enter_context(open_output(output_path))
         advance = stack.enter_context(_progress(total, show_progress))
 
@@ -223,21 +208,32 @@ def grade_file(
                 summary.add(verdict)
             summary.resumed += resumed
 
+        if lines is not None:
+            assert grade_lines is not None
+            assert isinstance(out, JsonlWriter)
+            for chunk in chunks:
+                raise_if_stopped()
+                bad = _grade_line_chunk(
+                    chunk, grade_lines, grade_rows, spec, out, write, summary, advance
+                )
+                for error in sorted(bad, key=lambda error: error.line_no):
+                    errors(error)
+            raise_if_stopped()
+            return _finish(summary, errors, late_lines)
+
         put: Callable[[Any], None] = write  # in turn, in this thread
         if overlap:  # order is kept either way
             put = stack.enter_context(BehindWriter(write)).put
             chunks = read_ahead(chunks)
-        for chunk in chain([first], chunks):
+        for chunk in chunks:
             raise_if_stopped()
             rows = [row for row in chunk if isinstance(row, InputRow)]
-            for bad in chunk:
-                if isinstance(bad, LineError):
-                    errors(bad)
+            for bad_row in chunk:
+                if isinstance(bad_row, LineError):
+                    errors(bad_row)
                     advance(1)
             todo = [row for row in rows if not _reusable(row, kept)]
-            graded = iter(
-                _grade_alternatives(todo, grade_rows, advance) if todo else []
-            )
+            graded = iter(grade_alternatives(todo, grade_rows, advance) if todo else [])
             verdicts = [
                 kept[_row_key(row.line_no, row.record)][1]
                 if _reusable(row, kept)
@@ -246,6 +242,72 @@ def grade_file(
             ]
             put((rows, verdicts, len(rows) - len(todo)))
         raise_if_stopped()  # before the output is renamed into place
+    return _finish(summary, errors, late_lines)
+
+
+def _chunks(
+    input_path: str,
+    spec: FieldSpec,
+    lines: Iterator[tuple[int, bytes] | LineError] | None,
+    show_progress: bool,
+) -> tuple[Iterator[list[Any]], int | None]:
+    """The input in growing chunks (of `lines`, else of rows), and the progress
+    bar's length (lines; None when unknown or rows are not one per line)."""
+    if lines is not None:
+        chunks: Iterator[list[Any]] = growing_chunks(
+            lines, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS
+        )
+        return chunks, _count_lines(input_path) if show_progress else None
+    rows_in = expand_records(iter_records(input_path), spec)
+    chunks = growing_chunks(rows_in, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS)
+    first = next(chunks, [])
+    good = [row for row in first if isinstance(row, InputRow)]
+    one_per_line = len({row.line_no for row in good}) == len(good)
+    total = _count_lines(input_path) if show_progress and one_per_line else None
+    return chain([first], chunks), total
+
+
+def _grade_line_chunk(
+    chunk: list[tuple[int, bytes] | LineError],
+    grade_lines: LineGrader,
+    grade_rows: GradeRows,
+    spec: FieldSpec,
+    out: JsonlWriter,
+    write: Callable[[tuple[list[InputRow], list[Verdict], int]], None],
+    summary: Summary,
+    advance: Progress,
+) -> list[LineError]:
+    """Grade and write one chunk in line mode; returns its malformed lines."""
+    bad = [item for item in chunk if isinstance(item, LineError)]
+    advance(len(bad))
+    lines = [item for item in chunk if not isinstance(item, LineError)]
+    for unit, result in grade_lines(lines, advance) if lines else []:
+        if result is None:  # no worker could run it: as rows, here
+            rows = _parse_lines(unit, spec, bad)
+            write((rows, grade_alternatives(rows, grade_rows, lambda _n: None), 0))
+            advance(len(unit))
+            continue
+        out.write_lines(result.out)
+        summary.add_totals(result.totals)
+        bad += result.errors
+    return bad
+
+
+def _parse_lines(
+    lines: Sequence[tuple[int, bytes]], spec: FieldSpec, bad: list[LineError]
+) -> list[InputRow]:
+    """The rows of raw lines (as item mode reads them); errors go to `bad`."""
+    rows: list[InputRow] = []
+    for line_no, raw in lines:
+        parsed = parse_line(raw, line_no, spec)
+        if isinstance(parsed, LineError):
+            bad.append(parsed)
+        elif parsed is not None:
+            rows.extend(parsed)
+    return rows
+
+
+def _finish(summary: Summary, errors: _ErrorReport, late_lines: list[int]) -> Summary:
     errors.finish()
     summary.input_errors = errors.count
     summary.late_lines = sorted(set(late_lines))

@@ -111,16 +111,20 @@ class InlineGrader:
         # None: decide with the verifier what was prepared (grade() is exactly that).
         self._grade_fn = None if grade_fn is verifier.grade else grade_fn
         self.batch = -1  # the batch being graded, for the slot
+        # What the slot calls position p of the pairs graded (None: p itself); a
+        # unit of lines numbers its items across all its grading calls.
+        self.positions: Sequence[int] | None = None
 
     def grade_selected(
         self, pairs: Sequence[tuple[str, str]], options: GradeOptions, select: Selector
     ) -> list[ItemResult]:
         """Prepare every pair, then decide those `select` picks (see `Sandbox`)."""
         begin, batch, clock = self._slot.begin, self.batch, time.perf_counter
+        where = self.positions or range(len(pairs))
         results: list[ItemResult | None] = [None] * len(pairs)
         prepared: list[tuple[int, verifier.Prepared, float]] = []
         for position, (response, gold) in enumerate(pairs):
-            begin(batch, position, PREPARE)
+            begin(batch, where[position], PREPARE)
             started = clock()
             try:
                 prep = verifier.prepare(response, gold, options=options)
@@ -143,7 +147,7 @@ class InlineGrader:
             if not pick:
                 results[position] = ItemResult(own, None, prepare_s)
                 continue
-            begin(batch, position, DECIDE)
+            begin(batch, where[position], DECIDE)
             started = clock()
             try:
                 verdict = decide_item(self._grade_fn, prep, pairs[position], options)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import select
 import signal
@@ -48,13 +49,14 @@ from workers.childproc import (
     statm_rss_bytes,
     write_frame,
 )
-from workers.errors import DeadlineError, SandboxError
+from workers.errors import CacheError, DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer
 from workers.inline import (
     DECIDE,
     EXIT_MEMORY,
     InlineGrader,
     ProgressSlot,
+    Step,
 )
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.sandbox import GradeFn, warm_up_verifier
@@ -66,15 +68,16 @@ from workers.sizing import (
 )
 from workers.verdicts import (
     MEMORY_ERROR_REASON,
+    culprit_verdict,
     deadline_reason,
-    failure_verdict,
     memory_cap_reason,
     poison_reason,
     poison_verdict,
-    unprepared_failure_verdict,
 )
 
-__all__ = ["LocalPool"]
+__all__ = ["GradePairs", "LocalPool", "UnitFn"]
+
+log = logging.getLogger(__name__)
 
 _STOP_GRACE_S = 5.0
 # How often the parent looks at its workers' progress slots and RSS while it waits
@@ -93,6 +96,15 @@ _REQUEST_PIPE_BYTES = 1 << 20
 _NOT_THE_ITEMS_DOING = {signal.SIGKILL, signal.SIGTERM}
 
 
+# What a unit function gets to grade with: (response, gold) pairs and the options,
+# verdicts in the same order.
+GradePairs = Callable[[Sequence[tuple[str, str]], GradeOptions], list[Verdict]]
+# Turns one unit (JSON) into its result (JSON), grading through the GradePairs it is
+# given; runs in a worker, so it must be deterministic: a unit sent again after its
+# worker was lost must ask for the same pairs in the same order.
+UnitFn = Callable[[Any, GradePairs], Any]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _WorkerConfig:
     item_timeout_s: float
@@ -100,6 +112,7 @@ class _WorkerConfig:
     recycle_after_items: int
     cache_path: Path | None
     grade_fn: GradeFn | None
+    unit_fn: UnitFn | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -137,15 +150,88 @@ def _worker_loop(
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
     try:
         while (message := read_frame(to_fd)) is not None:
-            items = [GradeItem(i, r, g) for i, r, g in message["items"]]
             inline.batch = message["batch"]
-            results = grader.grade(items, GradeOptions.from_dict(message["options"]))
+            if "unit" in message:
+                assert config.unit_fn is not None
+                grade = _UnitGrading(
+                    message["answered"], grader, exact, inline, slot
+                )
+                reply: dict[str, Any] = {"unit": config.unit_fn(message["unit"], grade)}
+            else:
+                items = [GradeItem(i, r, g) for i, r, g in message["items"]]
+                options = GradeOptions.from_dict(message["options"])
+                results = grader.grade(items, options)
+                reply = {"results": [[i, v.to_dict()] for i, v in results]}
             slot.idle()
-            reply = [[index, verdict.to_dict()] for index, verdict in results]
-            write_frame(from_fd, {"batch": message["batch"], "results": reply})
+            reply["batch"] = message["batch"]
+            write_frame(from_fd, reply)
     finally:
         if cache is not None:
             cache.close()
+
+
+class _UnitGrading:
+    """The `GradePairs` a worker hands its unit function for one unit.
+
+    Items are numbered across the unit's calls, and the slot shows those numbers, so
+    the parent can name the item a lost worker was on; when the unit comes back,
+    `answered` holds those items' failures (position, status, reason, prepared),
+    which are answered here, not graded again. With the cache on, verdicts stored
+    whole for these very texts are taken first, as the CLI does in item mode.
+    """
+
+    def __init__(
+        self,
+        answered: list[list[Any]],
+        grader: BatchGrader,
+        exact: ExactLayer | None,
+        inline: InlineGrader,
+        slot: ProgressSlot,
+    ) -> None:
+        self._slot = slot
+        self._answered = {
+            position: (Status(status), reason, prepared)
+            for position, status, reason, prepared in answered
+        }
+        self._grader = grader
+        self._exact = exact
+        self._inline = inline
+        self._numbered = 0
+
+    def __call__(
+        self, pairs: Sequence[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict]:
+        base = self._numbered
+        self._numbered += len(pairs)
+        verdicts: list[Verdict | None] = [None] * len(pairs)
+        for position, (status, reason, prepared) in self._answered.items():
+            if base <= position < self._numbered:
+                pair = pairs[position - base]
+                verdicts[position - base] = culprit_verdict(
+                    status, reason, pair, options, prepared=prepared
+                )
+        todo = [i for i, verdict in enumerate(verdicts) if verdict is None]
+        if self._exact is not None and todo:
+            try:
+                known = self._exact.lookup([pairs[i] for i in todo], options)
+            except CacheError as exc:  # graded, as without a cache
+                log.warning("exact-response cache lookup failed: %s", exc)
+                known = [None] * len(todo)
+            for i, verdict in zip(todo, known, strict=True):
+                verdicts[i] = verdict
+            todo = [i for i in todo if verdicts[i] is None]
+        self._inline.positions = [base + i for i in todo]
+        try:
+            items = [GradeItem(i, *pairs[i]) for i in todo]
+            for i, verdict in self._grader.grade(items, options):
+                verdicts[i] = verdict
+        finally:
+            self._inline.positions = None
+            # What the unit does between calls is no item's doing.
+            self._slot.idle()
+        done = [verdict for verdict in verdicts if verdict is not None]
+        assert len(done) == len(pairs)
+        return done
 
 
 def _worker_main(
@@ -229,25 +315,59 @@ def _death_cause(status: int) -> tuple[Status, str] | None:
 
 def _check_deadline(deadline_at: float | None, job: _Job) -> None:
     if deadline_at is not None and time.monotonic() >= deadline_at:
-        missing = sum(verdict is None for verdict in job.verdicts)
+        partial = job.partial()
+        missing = sum(result is None for result in partial)
         raise DeadlineError(
-            f"deadline passed with {missing} of {len(job.verdicts)} items ungraded",
-            partial=list(job.verdicts),
+            f"deadline passed with {missing} of {len(partial)} items ungraded",
+            partial=partial,
         )
 
 
 @dataclass(slots=True, kw_only=True)
 class _Job:
-    """One `grade()` call: its batches, what is pending, and the verdicts so far."""
+    """One `grade()` or `run_units()` call: its batches and what is pending."""
 
-    items: Sequence[RolloutLike]
     options: GradeOptions
-    batches: list[range]
     pending: deque[int]
     attempts: list[int]
-    verdicts: list[Verdict | None]
     batches_left: int
     items_done: int = 0
+
+    def message(self, batch_id: int) -> tuple[dict[str, Any], list[int], int]:
+        """The frame for a batch, what it sent (see `culprit`), and its item count."""
+        raise NotImplementedError
+
+    def accept(self, batch_id: int, reply: dict[str, Any]) -> None:
+        """Take a worker's answer to the batch."""
+        raise NotImplementedError
+
+    def culprit(
+        self, batch_id: int, sent: list[int], current: Step, cause: tuple[Status, str]
+    ) -> bool:
+        """Answer the item the batch's worker was lost on; False if the slot names
+        no item of this batch."""
+        raise NotImplementedError
+
+    def unfinished(self, batch_id: int) -> bool:
+        """Whether the batch still has items without a verdict."""
+        raise NotImplementedError
+
+    def give_up(self, batch_id: int) -> None:
+        """The batch's worker was lost too often: answer what it has left."""
+        raise NotImplementedError
+
+    def partial(self) -> list[Any]:
+        """What has arrived so far, None where nothing has."""
+        raise NotImplementedError
+
+
+@dataclass(slots=True, kw_only=True)
+class _ItemJob(_Job):
+    """Rollouts graded in batches of ranges of `items`."""
+
+    items: Sequence[RolloutLike]
+    batches: list[range]
+    verdicts: list[Verdict | None]
 
     def answer(self, index: int, verdict: Verdict) -> None:
         """Answer one item outside its batch's reply (a lost worker's culprit)."""
@@ -258,6 +378,93 @@ class _Job:
         """The batch's items still without a verdict."""
         verdicts = self.verdicts
         return [i for i in self.batches[batch_id] if verdicts[i] is None]
+
+    def message(self, batch_id: int) -> tuple[dict[str, Any], list[int], int]:
+        sent = self.left_in(batch_id)
+        wire = [[i, self.items[i].response, self.items[i].gold] for i in sent]
+        frame = {"batch": batch_id, "options": self.options.to_dict(), "items": wire}
+        return frame, sent, len(sent)
+
+    def accept(self, batch_id: int, reply: dict[str, Any]) -> None:
+        for index, verdict in reply["results"]:
+            self.verdicts[index] = Verdict.from_dict(verdict)
+        self.items_done += len(reply["results"])
+
+    def culprit(
+        self, batch_id: int, sent: list[int], current: Step, cause: tuple[Status, str]
+    ) -> bool:
+        if current.position >= len(sent):
+            return False
+        index = sent[current.position]
+        item = self.items[index]
+        verdict = culprit_verdict(
+            *cause,
+            (item.response, item.gold),
+            self.options,
+            prepared=current.step == DECIDE,
+        )
+        self.answer(index, verdict)
+        return True
+
+    def unfinished(self, batch_id: int) -> bool:
+        return bool(self.left_in(batch_id))
+
+    def give_up(self, batch_id: int) -> None:
+        lost = self.attempts[batch_id]
+        for index in self.left_in(batch_id):
+            item = self.items[index]
+            self.answer(
+                index, poison_verdict(item.response, item.gold, self.options, lost)
+            )
+
+    def partial(self) -> list[Any]:
+        return list(self.verdicts)
+
+
+@dataclass(slots=True, kw_only=True)
+class _UnitJob(_Job):
+    """Units run whole by the workers' unit function; each unit is one batch."""
+
+    units: Sequence[Any]
+    weights: Sequence[int]
+    results: list[Any]
+    # Per unit: the items found guilty so far, as `_UnitGrading` takes them.
+    answered: list[list[list[Any]]]
+    finished: list[bool]
+
+    def message(self, batch_id: int) -> tuple[dict[str, Any], list[int], int]:
+        frame = {
+            "batch": batch_id,
+            "unit": self.units[batch_id],
+            "answered": self.answered[batch_id],
+        }
+        return frame, [], self.weights[batch_id]
+
+    def accept(self, batch_id: int, reply: dict[str, Any]) -> None:
+        self.results[batch_id] = reply["unit"]
+        self.finished[batch_id] = True
+        self.items_done += self.weights[batch_id]
+
+    def culprit(
+        self, batch_id: int, sent: list[int], current: Step, cause: tuple[Status, str]
+    ) -> bool:
+        status, reason = cause
+        prepared = current.step == DECIDE
+        self.answered[batch_id].append(
+            [current.position, status.value, reason, prepared]
+        )
+        return True
+
+    def unfinished(self, batch_id: int) -> bool:
+        return not self.finished[batch_id]
+
+    def give_up(self, batch_id: int) -> None:
+        # Its result stays None: the caller grades (and counts) its items another
+        # way.
+        self.finished[batch_id] = True
+
+    def partial(self) -> list[Any]:
+        return list(self.results)
 
 
 class LocalPool:
@@ -272,6 +479,7 @@ class LocalPool:
         recycle_after_items: a worker is replaced by a fresh one after this many
             items, as the fleet's sandbox children.
         grade_fn: the function the workers decide with (default the verifier).
+        unit_fn: what the workers run for `run_units` (see `UnitFn`).
         max_attempts: a batch whose worker process dies for no reason found in its
             progress slot is re-run on a fresh worker up to this many times in all;
             then the item it was on (else the whole batch) gets an `error` verdict.
@@ -289,6 +497,7 @@ class LocalPool:
         batch_size: int = LOCAL_BATCH_SIZE,
         recycle_after_items: int = RECYCLE_AFTER_ITEMS,
         grade_fn: GradeFn | None = None,
+        unit_fn: UnitFn | None = None,
         max_attempts: int = 3,
     ) -> None:
         if processes < 1 or batch_size < 1 or max_attempts < 1:
@@ -307,6 +516,7 @@ class LocalPool:
             recycle_after_items=recycle_after_items,
             cache_path=cache_path,
             grade_fn=grade_fn,
+            unit_fn=unit_fn,
         )
         self._workers: dict[int, _Worker] = {}  # by from_fd
         self._leaving: list[_Worker] = []  # recycled, not yet reaped
@@ -334,7 +544,7 @@ class LocalPool:
         batches = [
             range(s, min(s + size, len(items))) for s in range(0, len(items), size)
         ]
-        job = _Job(
+        job = _ItemJob(
             items=items,
             options=options,
             batches=batches,
@@ -343,6 +553,53 @@ class LocalPool:
             verdicts=[None] * len(items),
             batches_left=len(batches),
         )
+        self._run(job, on_progress, deadline_at)
+        verdicts = [verdict for verdict in job.verdicts if verdict is not None]
+        if len(verdicts) != len(items):  # a bug here must never look like success
+            raise SandboxError(f"local pool lost {len(items) - len(verdicts)} items")
+        return verdicts
+
+    def run_units(
+        self,
+        units: Sequence[Any],
+        weights: Sequence[int],
+        on_progress: Callable[[int], None] | None = None,
+        deadline_at: float | None = None,
+    ) -> list[Any]:
+        """Run the pool's `unit_fn` on each unit (a batch each, any JSON); result i
+        belongs to units[i].
+
+        Under the same limits as `grade`: an item that overruns the deadline or the
+        cap, or crashes its worker, is answered as a failure when its unit is sent
+        again. A unit whose worker was lost `max_attempts` times without an item to
+        blame has the result None (the caller grades it another way). `weights`
+        (rollouts per unit) count for `on_progress` and worker recycling. Past
+        `deadline_at`, DeadlineError with the results so far (None: not arrived).
+        """
+        if self._config.unit_fn is None:
+            raise ValueError("this pool has no unit_fn")
+        if len(weights) != len(units):
+            raise ValueError("one weight per unit")
+        job = _UnitJob(
+            options=GradeOptions(),
+            units=units,
+            weights=weights,
+            results=[None] * len(units),
+            answered=[[] for _unit in units],
+            finished=[False] * len(units),
+            pending=deque(range(len(units))),
+            attempts=[0] * len(units),
+            batches_left=len(units),
+        )
+        self._run(job, on_progress, deadline_at)
+        return job.results
+
+    def _run(
+        self,
+        job: _Job,
+        on_progress: Callable[[int], None] | None,
+        deadline_at: float | None,
+    ) -> None:
         reported = 0
         try:
             while job.batches_left:
@@ -359,10 +616,6 @@ class LocalPool:
         except BaseException:
             self._stop_all(graceful=False)  # busy workers hold stale batches
             raise
-        verdicts = [verdict for verdict in job.verdicts if verdict is not None]
-        if len(verdicts) != len(items):  # a bug here must never look like success
-            raise SandboxError(f"local pool lost {len(items) - len(verdicts)} items")
-        return verdicts
 
     def close(self) -> None:
         """Stop every worker (they finish nothing: call between `grade()` calls)."""
@@ -421,18 +674,16 @@ class LocalPool:
 
     def _send(self, worker: _Worker, job: _Job, batch_id: int) -> bool:
         """Send a batch; False if the worker was found dead (and replaced)."""
-        batch = job.left_in(batch_id)
+        message, sent, count = job.message(batch_id)
         job.attempts[batch_id] += 1
-        worker.batches.append((batch_id, batch))
-        worker.items_sent += len(batch)
+        worker.batches.append((batch_id, sent))
+        worker.items_sent += count
         # Backstop only: each item is already bounded by the watched deadline.
         worker.deadline = (
             max(worker.deadline, time.monotonic())
-            + len(batch) * (self._item_timeout_s + 1)
+            + count * (self._item_timeout_s + 1)
             + 60
         )
-        wire = [[i, job.items[i].response, job.items[i].gold] for i in batch]
-        message = {"batch": batch_id, "options": job.options.to_dict(), "items": wire}
         try:
             write_frame(worker.to_fd, message)
         except BrokenPipeError:
@@ -489,9 +740,7 @@ class LocalPool:
         if batch_id is None or reply.get("batch") != batch_id:  # never a stale answer
             raise SandboxError(f"local worker {worker.pid} answered an unknown batch")
         worker.batches.popleft()
-        for index, verdict in reply["results"]:
-            job.verdicts[index] = Verdict.from_dict(verdict)
-        job.items_done += len(reply["results"])
+        job.accept(batch_id, reply)
         job.batches_left -= 1
 
     def _worker_lost(self, worker: _Worker, job: _Job) -> None:
@@ -519,33 +768,14 @@ class LocalPool:
             # The overrunning item ended just before the kill: nobody to blame.
             job.attempts[batch_id] -= 1
             current = None
-        if (
-            current is not None
-            and current.batch == batch_id
-            and current.position < len(sent)
-        ):
+        if current is not None and current.batch == batch_id:
             cause = worker.killed_for or _death_cause(status)
             if cause is None and job.attempts[batch_id] >= self._max_attempts:
                 cause = Status.ERROR, poison_reason(job.attempts[batch_id])
-            if cause is not None:
-                culprit = job.items[sent[current.position]]
-                if current.step == DECIDE:  # with the extraction it was prepared with
-                    verdict = failure_verdict(
-                        *cause, culprit.response, culprit.gold, job.options
-                    )
-                else:  # preparing it again here could fail (or hang) the same way
-                    verdict = unprepared_failure_verdict(*cause)
-                job.answer(sent[current.position], verdict)
+            if cause is not None and job.culprit(batch_id, sent, current, cause):
                 job.attempts[batch_id] -= 1  # the cause is gone with its item
-        if job.left_in(batch_id) and job.attempts[batch_id] < self._max_attempts:
+        if job.unfinished(batch_id) and job.attempts[batch_id] < self._max_attempts:
             job.pending.appendleft(batch_id)
             return
-        for index in job.left_in(batch_id):
-            item = job.items[index]
-            job.answer(
-                index,
-                poison_verdict(
-                    item.response, item.gold, job.options, job.attempts[batch_id]
-                ),
-            )
+        job.give_up(batch_id)
         job.batches_left -= 1

@@ -47,11 +47,10 @@ from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_chi
 from workers.sizing import RECYCLE_AFTER_ITEMS, SANDBOX_FRAME_ITEMS
 from workers.verdicts import (
     MEMORY_ERROR_REASON,
+    culprit_verdict,
     deadline_reason,
-    failure_verdict,
     grader_raised_reason,
     memory_cap_reason,
-    unprepared_failure_verdict,
 )
 
 __all__ = [
@@ -176,14 +175,10 @@ class _ChunkRun:
         *,
         prepared: bool,
     ) -> None:
-        """Answer an item that failed; with the extraction when the child had
-        prepared it, without when preparing it failed (preparing it again here could
-        fail the same way, or hang)."""
-        if prepared:
-            response, gold = self.pairs[position]
-            verdict = failure_verdict(status, reason, response, gold, self.options)
-        else:
-            verdict = unprepared_failure_verdict(status, reason)
+        """Answer an item that failed (see `culprit_verdict`)."""
+        verdict = culprit_verdict(
+            status, reason, self.pairs[position], self.options, prepared=prepared
+        )
         self.results[position] = ItemResult(None, verdict, seconds)
 
     def unanswered(self) -> list[int]:

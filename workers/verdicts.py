@@ -12,6 +12,7 @@ from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 
 __all__ = [
     "MEMORY_ERROR_REASON",
+    "culprit_verdict",
     "deadline_reason",
     "failure_verdict",
     "grader_raised_reason",
@@ -51,6 +52,22 @@ def unprepared_failure_verdict(status: Status, reason: str) -> Verdict:
     """A failure verdict without the response's extraction: for an item that failed
     while it was being prepared (preparing it again could fail the same way)."""
     return ungraded_verdict(status, reason, verifier.GRADER_VERSION)
+
+
+def culprit_verdict(
+    status: Status,
+    reason: str,
+    pair: tuple[str, str],
+    options: GradeOptions,
+    *,
+    prepared: bool,
+) -> Verdict:
+    """The verdict of an item that failed: with its extraction when it had been
+    prepared, without when preparing it failed (preparing it again could fail the
+    same way, or hang)."""
+    if prepared:
+        return failure_verdict(status, reason, *pair, options)
+    return unprepared_failure_verdict(status, reason)
 
 
 def poison_verdict(

@@ -1,0 +1,279 @@
+"""Line mode (`producer.lines`): the embedded pool's workers read and write the
+JSONL lines. It must write what item mode writes, byte for byte, and keep the
+pool's limits per item (real LocalPool processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from producer.batching import (
+    MAX_LINE_BYTES,
+    InputRow,
+    dump_line,
+    graded_record,
+    parse_line,
+)
+from producer.cli import cli
+from producer.fields import FieldSpec
+from producer.lines import LineGrader, grade_line_unit, line_unit
+from producer.sweep import grade_file
+from tests.helpers import hostile_grade, misbehave_while_prepared, real_rollouts
+from workers.local import GradePairs, LocalPool
+from workers.models import GradeOptions, Status
+
+OPTIONS = GradeOptions()
+MIB = 1 << 20
+
+
+def _mixed_lines() -> bytes:
+    """Every kind of line item mode handles, as raw bytes."""
+    real = real_rollouts()[:150]
+    records: list[Any] = [{"response": r.response, "gold": r.gold} for r in real]
+    records[3:3] = [
+        {"uid": "s", "responses": ["\\boxed{4}", "\\boxed{5}", "x"], "gt": 4},
+        {"code": ["\\boxed{0.5}"], "gold": ["1/3", "1/2"]},
+        {"response": "\\boxed{18446744073709551616}", "gold": 18446744073709551616},
+        {"response": "\\boxed{0.5}", "gold": 0.5, "meta": {"cached": False}},
+        {"response": "so \\boxed{\ud800}", "gold": "1", "cached": "input's"},
+        {"response": "\\boxed{1}", "gold": "1", "gradefleet_line": -1},
+        {"response": 3, "gold": "1"},
+        {"response": "x" * 10, "gold": ""},
+        [1, 2],
+    ]
+    lines = [json.dumps(record).encode() for record in records]
+    lines[0] = b"\xef\xbb\xbf" + lines[0]  # a byte order mark
+    lines[10:10] = [
+        b"",
+        b"   ",
+        b"{not json",
+        b'{"response": "\\\\boxed{1}", "gold": NaN}',
+        b'{"response": "\xff\xfe", "gold": "1"}',  # invalid UTF-8
+        b'{"response": "' + b"y" * (MAX_LINE_BYTES + 10) + b'", "gold": "1"}',
+        b'{"response": "caf\xc3\xa9 \\\\boxed{2}", "gold": "2"}',
+    ]
+    return (
+        b"\n".join(lines) + b"\n" + json.dumps({"response": "1", "gold": "1"}).encode()
+    )
+
+
+def _grade_rows(pool: LocalPool) -> Callable[[Sequence[InputRow], Any], list[Any]]:
+    def grade_rows(rows: Sequence[InputRow], advance: Callable[[int], None]) -> Any:
+        verdicts = pool.grade(rows, OPTIONS)
+        advance(len(rows))
+        return verdicts
+
+    return grade_rows
+
+
+def _run_units(pool: LocalPool) -> Any:
+    def run_units(units: Any, weights: Any, advance: Callable[[int], None]) -> Any:
+        done = 0
+
+        def running(total: int) -> None:
+            nonlocal done
+            advance(total - done)
+            done = total
+
+        return pool.run_units(units, weights, on_progress=running)
+
+    return run_units
+
+
+def _pool(**kw: Any) -> LocalPool:
+    args: dict[str, Any] = {
+        "processes": 2,
+        "item_timeout_s": 30.0,
+        "item_memory_bytes": 512 * MIB,
+        "cache_path": None,
+        "unit_fn": grade_line_unit,
+    }
+    args.update(kw)
+    return LocalPool(**args)
+
+
+def test_line_mode_writes_what_item_mode_writes_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a file with every kind of line: samples, alternative golds, numbers
+    # beyond 64 bits, floats, NaN, lone surrogates, a BOM, blank, malformed,
+    # non-object, invalid UTF-8, overlong lines, clashing field names
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(_mixed_lines())
+    outputs = {}
+    with _pool() as pool:
+        for mode in ("items", "lines"):
+            grade_lines = None
+            if mode == "lines":  # small units: lines of one row meet across units
+                grade_lines = LineGrader(_run_units(pool), FieldSpec(), OPTIONS, 7)
+            summary = grade_file(
+                str(source),
+                str(tmp_path / f"{mode}.jsonl"),
+                _grade_rows(pool),
+                spec=FieldSpec(),
+                show_progress=False,
+                grade_lines=grade_lines,
+            )
+            outputs[mode] = (
+                (tmp_path / f"{mode}.jsonl").read_bytes(),
+                summary,
+                capsys.readouterr().err,
+            )
+    # Then line mode writes the same bytes, totals and error messages
+    items, lines = outputs["items"], outputs["lines"]
+    assert lines[0] == items[0]
+    assert lines[1] == items[1]
+    assert lines[2] == items[2]
+    # (the 150 real rows, 3 samples, 8 other rows; 6 unusable lines: a number as
+    # the response, a list, bad JSON, NaN, bad UTF-8, the overlong line)
+    assert items[1].graded == 150 + 3 + 8
+    assert items[1].input_errors == 6
+    assert "line 16: line longer than" in items[2]
+
+
+@pytest.mark.parametrize(
+    ("response", "status"),
+    [
+        ("hang", Status.TIMEOUT),
+        ("alloc-at-once", Status.MEMORY_LIMIT),
+        ("abort", Status.ERROR),
+        ("raise", Status.ERROR),
+    ],
+)
+def test_line_mode_hostile_item_gets_item_modes_verdict_and_its_unit_is_graded(
+    response: str, status: Status
+) -> None:
+    # Given a unit whose third line has samples, one of which hangs, bloats,
+    # crashes or raises
+    records: list[dict[str, Any]] = [
+        {"response": f"\\boxed{{{i}}}", "gold": str(i)} for i in range(12)
+    ]
+    records[2] = {"responses": ["\\boxed{2}", response, "\\boxed{2}"], "gold": "2"}
+    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
+    rows = [row for n, raw in lines for row in _rows(raw, n)]
+    with _pool(
+        processes=1,
+        item_timeout_s=2.0,
+        item_memory_bytes=256 * MIB,
+        grade_fn=hostile_grade,
+    ) as pool:
+        expected = pool.grade(rows, OPTIONS)
+        started = time.monotonic()
+        (result,) = pool.run_units([line_unit(lines, FieldSpec(), OPTIONS)], [12])
+        took_s = time.monotonic() - started
+    # Then it is answered as item mode answers it, once, and every other row of
+    # the unit is graded
+    assert expected[3].status is status
+    assert sum(v.correct for v in expected) == 13
+    assert result["out"] == "".join(
+        dump_line(graded_record(row, verdict))
+        for row, verdict in zip(rows, expected, strict=True)
+    )
+    assert took_s < 10
+
+
+def _rows(raw: bytes, line_no: int) -> list[InputRow]:
+    parsed = parse_line(raw, line_no)
+    assert isinstance(parsed, list)
+    return parsed
+
+
+def test_line_mode_unit_killed_from_outside_is_run_again(tmp_path: Path) -> None:
+    # Given a row that hangs the first time it is graded, its worker killed then
+    mark = tmp_path / "worker.pid"
+    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i)} for i in range(30)]
+    records[17] = {"response": f"once:{mark}", "gold": "x"}
+    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
+    units = [line_unit(lines[i : i + 10], FieldSpec(), OPTIONS) for i in (0, 10, 20)]
+    with _pool(grade_fn=hostile_grade) as pool:
+        results: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: results.append(pool.run_units(units, [10, 10, 10]))
+        )
+        runner.start()
+        deadline = time.monotonic() + 20
+        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(int(mark.read_text()), signal.SIGKILL)
+        runner.join(timeout=60)
+    # Then its unit is run again, and nothing is lost or out of order
+    (out,) = results
+    graded = [json.loads(line) for r in out for line in r["out"].splitlines()]
+    assert [g["gradefleet_line"] for g in graded] == list(range(1, 31))
+    assert [g["correct"] for g in graded] == [i != 17 for i in range(30)]
+    assert graded[17]["status"] != "error"
+
+
+def _die_on_poison(unit: Any, grade: GradePairs) -> Any:
+    """A unit function that kills its worker outside any item on a marked unit."""
+    if any("poison-unit" in line for line in unit["lines"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return grade_line_unit(unit, grade)
+
+
+def test_line_mode_unit_that_always_loses_its_worker_is_graded_as_rows(
+    tmp_path: Path,
+) -> None:
+    # Given a unit whose worker dies each time, with no item to blame
+    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i)} for i in range(20)]
+    records[12] = {"response": "\\boxed{12} poison-unit", "gold": "12"}
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with _pool(unit_fn=_die_on_poison, max_attempts=2) as pool:
+        fine = line_unit([(1, b'{"response": "1", "gold": "1"}')], FieldSpec(), OPTIONS)
+        poison = line_unit(
+            [(2, source.read_bytes().splitlines()[12])], FieldSpec(), OPTIONS
+        )
+        results = pool.run_units([fine, poison], [1, 1])
+        assert results[0] is not None
+        assert results[1] is None
+        # Then the file still gets every row, graded in item mode
+        out = tmp_path / "out.jsonl"
+        summary = grade_file(
+            str(source),
+            str(out),
+            _grade_rows(pool),
+            spec=FieldSpec(),
+            show_progress=False,
+            grade_lines=LineGrader(_run_units(pool), FieldSpec(), OPTIONS, 5),
+        )
+    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["gradefleet_line"] for g in graded] == list(range(1, 21))
+    assert all(g["correct"] for g in graded)
+    assert summary.graded == 20
+
+
+def test_cli_deadline_in_line_mode_writes_stand_ins_only_where_no_result_came(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a file whose 150th row hangs (past --deadline-s, within the item
+    # deadline), graded by the CLI in line mode (forked workers run this patch)
+    misbehave_while_prepared(monkeypatch)
+    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i)} for i in range(200)]
+    records[149] = {"response": "hang while prepared", "gold": "1"}
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "out.jsonl"
+    args = ["grade", str(source), "-o", str(out), "--no-cache", "--processes", "2"]
+    result = CliRunner().invoke(
+        cli, [*args, "--item-timeout-s", "60", "--deadline-s", "3"]
+    )
+    # Then every row is written in order; the hanging row's unit (lines 129-192)
+    # and any unit queued behind it on its worker are `timeout` by the deadline,
+    # the others graded, and exit 6 names the late lines
+    assert result.exit_code == 6, result.output
+    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["gradefleet_line"] for g in graded] == list(range(1, 201))
+    late = [g["gradefleet_line"] for g in graded if g["status"] == "timeout"]
+    assert late in (list(range(129, 193)), list(range(129, 201)))
+    assert f"input lines 129-{late[-1]}" in result.stderr
+    assert all(g["correct"] for g in graded if g["status"] != "timeout")
