@@ -55,6 +55,7 @@ __all__ = [
     "atomic_output",
     "atomic_path",
     "dump_line",
+    "dump_line_bytes",
     "expand_records",
     "grade_alternatives",
     "graded_record",
@@ -348,13 +349,18 @@ def dump_line(record: Mapping[str, Any]) -> str:
     integer beyond 64 bits as it is; NaN or Infinity as the stdlib writes them
     (orjson would write null).
     """
+    return dump_line_bytes(record).decode()
+
+
+def dump_line_bytes(record: Mapping[str, Any]) -> bytes:
+    """`dump_line` as UTF-8 (what a line-mode worker sends back)."""
     try:
         line = orjson.dumps(record, default=_json_default, option=_ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError: a lone surrogate, a huge integer
-        return _stdlib_line(record)
+        return _stdlib_line(record).encode()
     if b"null" in line and _has_non_finite_float(record):
-        return _stdlib_line(record)
-    return line.decode() + "\n"
+        return _stdlib_line(record).encode()
+    return line + b"\n"
 
 
 # Dates, times and str/int subclasses go to `_json_default` or the stdlib, as before.

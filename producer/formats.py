@@ -181,9 +181,16 @@ class JsonlWriter:
     def write(self, record: Mapping[str, Any]) -> None:
         self._handle.write(dump_line(record))
 
-    def write_lines(self, text: str) -> None:
-        """Lines `dump_line` wrote elsewhere (a line-mode worker), as they are."""
-        self._handle.write(text)
+    def write_lines(self, data: bytes) -> None:
+        """Lines `dump_line` wrote elsewhere (a line-mode worker), UTF-8, as they
+        are (after what was written as text)."""
+        buffer = getattr(self._handle, "buffer", None)
+        encoding = (getattr(self._handle, "encoding", None) or "").lower()
+        if buffer is None or encoding.replace("-", "") != "utf8":
+            self._handle.write(data.decode("utf-8"))  # as text, in its encoding
+            return
+        self._handle.flush()
+        buffer.write(data)
 
 
 class _ParquetWriter:

@@ -8,9 +8,10 @@ grades its rows (the same `grade_alternatives`, `graded_record`, `dump_line` as 
 mode) and returns the output lines, its totals and its malformed lines. The pool's
 limits hold per item as in item mode (`workers.local.LocalPool.run_units`).
 
-A unit crosses a pipe as JSON: its lines are sent as text decoded with
-`surrogateescape`, so the worker gets every byte back, invalid UTF-8 included, and
-reads each line exactly as item mode reads it (`parse_line`).
+A unit crosses the pipe as a little JSON (line numbers and sizes, the field spec,
+the options) and its raw lines as bytes, so the worker reads each line exactly as
+item mode reads it (`parse_line`), invalid UTF-8 included; the output lines come back
+as UTF-8 bytes and are written as they are.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from producer.batching import (
     InputRow,
     LineError,
     Summary,
-    dump_line,
+    dump_line_bytes,
     grade_alternatives,
     graded_record,
     parse_line,
@@ -45,27 +46,36 @@ Line = tuple[int, bytes]
 # Lines per unit: a worker's batch, as LOCAL_BATCH_SIZE rollouts are in item mode.
 LINE_UNIT_LINES = 64
 # (units, rollouts per unit, progress) -> a result per unit, None where none came.
-RunUnits = Callable[[Sequence[Any], Sequence[int], Callable[[int], None]], list[Any]]
+RunUnits = Callable[
+    [Sequence[tuple[Any, bytes]], Sequence[int], Callable[[int], None]],
+    list[tuple[Any, bytes] | None],
+]
 
 
-def line_unit(lines: Sequence[Line], spec: FieldSpec, options: GradeOptions) -> Any:
-    """The unit (JSON) a worker grades `lines` from: (line number, raw bytes) each."""
-    return {
+def line_unit(
+    lines: Sequence[Line], spec: FieldSpec, options: GradeOptions
+) -> tuple[Any, bytes]:
+    """The unit a worker grades `lines` from: (line number, raw bytes) each."""
+    meta = {
         "numbers": [line_no for line_no, _raw in lines],
-        "lines": [raw.decode("utf-8", "surrogateescape") for _no, raw in lines],
+        "sizes": [len(raw) for _no, raw in lines],
         "spec": [spec.response, spec.gold],
         "options": options.to_dict(),
     }
+    return meta, b"".join(raw for _no, raw in lines)
 
 
-def grade_line_unit(unit: Any, grade: GradePairs) -> Any:
-    """Run in a pool worker: a unit's output lines, totals and malformed lines."""
+def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
+    """Run in a pool worker: a unit's totals and malformed lines, and its output
+    lines as UTF-8."""
     spec = FieldSpec(response=unit["spec"][0], gold=unit["spec"][1])
     options = GradeOptions.from_dict(unit["options"])
     rows: list[InputRow] = []
     errors: list[list[Any]] = []
-    for line_no, text in zip(unit["numbers"], unit["lines"], strict=True):
-        parsed = parse_line(text.encode("utf-8", "surrogateescape"), line_no, spec)
+    start = 0
+    for line_no, size in zip(unit["numbers"], unit["sizes"], strict=True):
+        parsed = parse_line(body[start : start + size], line_no, spec)
+        start += size
         if isinstance(parsed, LineError):
             errors.append([parsed.line_no, parsed.reason])
         elif parsed is not None:
@@ -78,16 +88,17 @@ def grade_line_unit(unit: Any, grade: GradePairs) -> Any:
     summary = Summary()
     out = []
     for row, verdict in zip(rows, verdicts, strict=True):
-        out.append(dump_line(graded_record(row, verdict)))
+        out.append(dump_line_bytes(graded_record(row, verdict)))
         summary.add(verdict)
-    return {"out": "".join(out), "totals": summary.totals(), "errors": errors}
+    result = {"totals": summary.totals(), "errors": errors}
+    return result, b"".join(out)
 
 
 class LineUnitResult:
     """What a worker returned for a unit, read back in the CLI."""
 
-    def __init__(self, result: Any) -> None:
-        self.out: str = result["out"]
+    def __init__(self, result: Any, out: bytes) -> None:
+        self.out = out
         self.totals: dict[str, Any] = result["totals"]
         self.errors = [
             LineError(line_no=line_no, reason=reason)
@@ -123,6 +134,6 @@ class LineGrader:
             advance,
         )
         return [
-            (unit, None if result is None else LineUnitResult(result))
+            (unit, None if result is None else LineUnitResult(*result))
             for unit, result in zip(units, results, strict=True)
         ]

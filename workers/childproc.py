@@ -27,10 +27,12 @@ __all__ = [
     "fork_child",
     "limit_address_space",
     "open_statm",
+    "read_body_frame",
     "read_frame",
     "self_size_bytes",
     "statm_rss_bytes",
     "write_all",
+    "write_body_frame",
     "write_frame",
 ]
 
@@ -91,6 +93,30 @@ def read_frame(fd: int) -> Any | None:
         return None
     payload = _read_exact(fd, _HEADER.unpack(header)[0])
     return None if payload is None else _decode(payload)
+
+
+# --- frames with a body: 2 x 4-byte big-endian lengths + JSON + raw bytes ---
+# For payloads that are bytes already (the embedded pool's units of JSONL lines and
+# their output lines): they cross as they are, not as JSON text.
+_BODY_HEADER = struct.Struct("!II")
+
+
+def write_body_frame(fd: int, obj: Any, body: bytes = b"") -> None:
+    """One frame of JSON `obj` and raw `body` (see `read_body_frame`)."""
+    payload = encode_frame(obj)[_HEADER.size :]
+    write_all(fd, _BODY_HEADER.pack(len(payload), len(body)) + payload + body)
+
+
+def read_body_frame(fd: int) -> tuple[Any, bytes] | None:
+    """Read one `write_body_frame` frame from a blocking fd; None at end of file."""
+    header = _read_exact(fd, _BODY_HEADER.size)
+    if header is None:
+        return None
+    size, body_size = _BODY_HEADER.unpack(header)
+    payload = _read_exact(fd, size + body_size)
+    if payload is None:
+        return None
+    return _decode(payload[:size]), payload[size:]
 
 
 class FrameBuffer:

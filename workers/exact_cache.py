@@ -33,6 +33,7 @@ __all__ = ["ExactLayer", "exact_keyer"]
 # Domain separation: no exact key can equal an answer-layer key (whose hashed JSON
 # starts with '{"decision_key":').
 _EXACT_HEAD = b"gradefleet exact v1\x00"
+_UNIT_HEAD = b"gradefleet unit v1\x00"
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
@@ -57,24 +58,39 @@ def exact_keyer(
     return key_of
 
 
-def _stored(verdict: Verdict) -> str:
+def _fields(verdict: Verdict) -> dict[str, Any]:
     fields = verdict.to_dict()
     del fields["cached"]
+    return fields
+
+
+def _json_text(value: Any) -> str:
     try:
-        return orjson.dumps(fields).decode()
+        return orjson.dumps(value).decode()
     except TypeError:  # a lone surrogate in `extracted`: the stdlib escapes it
-        return json.dumps(fields)
+        return json.dumps(value)
+
+
+def _stored(verdict: Verdict) -> str:
+    return _json_text(_fields(verdict))
+
+
+def _json_value(raw: str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(raw)  # an escaped lone surrogate (see `_json_text`)
+        except ValueError:
+            return None
 
 
 def _verdict(raw: str) -> Verdict | None:
     """The verdict of a stored value (cached=True); None when malformed or transient."""
-    try:
-        fields: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        try:
-            fields = json.loads(raw)  # an escaped lone surrogate, as `_stored` wrote it
-        except ValueError:
-            return None
+    return _verdict_of(_json_value(raw))
+
+
+def _verdict_of(fields: Any) -> Verdict | None:
     if not isinstance(fields, dict):
         return None
     fields["cached"] = True
@@ -138,3 +154,41 @@ class ExactLayer:
         }
         if values:
             self._cache.set_values(values)
+
+    def unit_key(self, unit: Any, body: bytes) -> str:
+        """The key of a whole unit of the embedded pool's line mode: its JSON (line
+        numbers, field names, options) and its bytes (the lines), under this grader
+        version."""
+        digest = hashlib.sha256(_UNIT_HEAD)
+        digest.update(self._grader_version.encode() + b"\x00")
+        digest.update(orjson.dumps(unit, option=orjson.OPT_SORT_KEYS) + b"\x00")
+        digest.update(body)
+        return digest.hexdigest()
+
+    def lookup_unit(self, key: str) -> list[Verdict] | None:
+        """A unit's verdicts, in its grading order (cached=True); None if not stored.
+
+        Raises:
+            CacheError: the lookup failed.
+        """
+        raw = self._cache.get_values([key]).get(key)
+        stored = None if raw is None else _json_value(raw)
+        if not isinstance(stored, list):
+            return None
+        verdicts = [_verdict_of(fields) for fields in stored]
+        if any(verdict is None for verdict in verdicts):
+            return None
+        return [verdict for verdict in verdicts if verdict is not None]
+
+    def store_unit(self, key: str, verdicts: Sequence[Verdict]) -> None:
+        """Store a unit's verdicts, unless one is transient (it is graded again).
+
+        Raises:
+            CacheError: the store failed.
+        """
+        if any(
+            verdict.status in TRANSIENT_STATUSES or not verdict.grader_version
+            for verdict in verdicts
+        ):
+            return
+        self._cache.set_values({key: _json_text([_fields(v) for v in verdicts])})

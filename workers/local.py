@@ -44,10 +44,10 @@ from workers.childproc import (
     fork_child,
     limit_address_space,
     open_statm,
-    read_frame,
+    read_body_frame,
     self_size_bytes,
     statm_rss_bytes,
-    write_frame,
+    write_body_frame,
 )
 from workers.errors import CacheError, DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer
@@ -75,7 +75,7 @@ from workers.verdicts import (
     poison_verdict,
 )
 
-__all__ = ["GradePairs", "LocalPool", "UnitFn"]
+__all__ = ["GradePairs", "LocalPool", "Unit", "UnitFn"]
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +99,12 @@ _NOT_THE_ITEMS_DOING = {signal.SIGKILL, signal.SIGTERM}
 # What a unit function gets to grade with: (response, gold) pairs and the options,
 # verdicts in the same order.
 GradePairs = Callable[[Sequence[tuple[str, str]], GradeOptions], list[Verdict]]
-# Turns one unit (JSON) into its result (JSON), grading through the GradePairs it is
-# given; runs in a worker, so it must be deterministic: a unit sent again after its
-# worker was lost must ask for the same pairs in the same order.
-UnitFn = Callable[[Any, GradePairs], Any]
+# A unit, and a unit's result: JSON and raw bytes (which cross the pipe as they are).
+Unit = tuple[Any, bytes]
+# Turns one unit into its result, grading through the GradePairs it is given; runs
+# in a worker, so it must be deterministic: a unit sent again after its worker was
+# lost must ask for the same pairs in the same order.
+UnitFn = Callable[[Any, bytes, GradePairs], Unit]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,16 +149,19 @@ def _worker_loop(
         if config.grade_fn is None:  # whole verdicts of the verifier's only
             exact = ExactLayer(cache, verifier.GRADER_VERSION)
     grader = BatchGrader(sandbox=inline, cache=cache, exact=exact)
+    # A unit's verdicts are stored whole, once (see `_UnitGrading`), not per item.
+    unit_grader = BatchGrader(sandbox=inline, cache=cache)
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
     try:
-        while (message := read_frame(to_fd)) is not None:
+        while (frame := read_body_frame(to_fd)) is not None:
+            message, body = frame
             inline.batch = message["batch"]
             if "unit" in message:
                 assert config.unit_fn is not None
-                grade = _UnitGrading(
-                    message["answered"], grader, exact, inline, slot
-                )
-                reply: dict[str, Any] = {"unit": config.unit_fn(message["unit"], grade)}
+                grade = _UnitGrading(message, body, unit_grader, exact, inline, slot)
+                result, body = config.unit_fn(message["unit"], body, grade)
+                grade.store()
+                reply: dict[str, Any] = {"unit": result}
             else:
                 items = [GradeItem(i, r, g) for i, r, g in message["items"]]
                 options = GradeOptions.from_dict(message["options"])
@@ -164,7 +169,7 @@ def _worker_loop(
                 reply = {"results": [[i, v.to_dict()] for i, v in results]}
             slot.idle()
             reply["batch"] = message["batch"]
-            write_frame(from_fd, reply)
+            write_body_frame(from_fd, reply, body if "unit" in message else b"")
     finally:
         if cache is not None:
             cache.close()
@@ -176,13 +181,18 @@ class _UnitGrading:
     Items are numbered across the unit's calls, and the slot shows those numbers, so
     the parent can name the item a lost worker was on; when the unit comes back,
     `answered` holds those items' failures (position, status, reason, prepared),
-    which are answered here, not graded again. With the cache on, verdicts stored
-    whole for these very texts are taken first, as the CLI does in item mode.
+    which are answered here, not graded again.
+
+    With the cache on, a unit's verdicts are stored whole under a hash of the unit
+    (its lines' bytes, numbers, fields, options: `ExactLayer.unit_key`), so a file
+    graded before is answered a unit at a time: one SQLite row per unit rather than
+    one per rollout, which costs the cold run some 15 us a rollout (issue 11).
     """
 
     def __init__(
         self,
-        answered: list[list[Any]],
+        message: dict[str, Any],
+        body: bytes,
         grader: BatchGrader,
         exact: ExactLayer | None,
         inline: InlineGrader,
@@ -191,18 +201,32 @@ class _UnitGrading:
         self._slot = slot
         self._answered = {
             position: (Status(status), reason, prepared)
-            for position, status, reason, prepared in answered
+            for position, status, reason, prepared in message["answered"]
         }
         self._grader = grader
-        self._exact = exact
         self._inline = inline
         self._numbered = 0
+        self._graded: list[Verdict] = []
+        self._exact = exact
+        self._key = self._stored = None
+        if exact is not None:
+            self._key = exact.unit_key(message["unit"], body)
+            try:
+                self._stored = exact.lookup_unit(self._key)
+            except CacheError as exc:  # graded, as without a cache
+                log.warning("unit cache lookup failed: %s", exc)
 
     def __call__(
         self, pairs: Sequence[tuple[str, str]], options: GradeOptions
     ) -> list[Verdict]:
         base = self._numbered
         self._numbered += len(pairs)
+        stored = self._stored
+        if stored is not None and len(stored) >= self._numbered:
+            replayed = stored[base : self._numbered]
+            self._graded += replayed
+            return replayed
+        self._stored = None  # not the unit that was stored: grade it all
         verdicts: list[Verdict | None] = [None] * len(pairs)
         for position, (status, reason, prepared) in self._answered.items():
             if base <= position < self._numbered:
@@ -211,15 +235,6 @@ class _UnitGrading:
                     status, reason, pair, options, prepared=prepared
                 )
         todo = [i for i, verdict in enumerate(verdicts) if verdict is None]
-        if self._exact is not None and todo:
-            try:
-                known = self._exact.lookup([pairs[i] for i in todo], options)
-            except CacheError as exc:  # graded, as without a cache
-                log.warning("exact-response cache lookup failed: %s", exc)
-                known = [None] * len(todo)
-            for i, verdict in zip(todo, known, strict=True):
-                verdicts[i] = verdict
-            todo = [i for i in todo if verdicts[i] is None]
         self._inline.positions = [base + i for i in todo]
         try:
             items = [GradeItem(i, *pairs[i]) for i in todo]
@@ -231,7 +246,17 @@ class _UnitGrading:
             self._slot.idle()
         done = [verdict for verdict in verdicts if verdict is not None]
         assert len(done) == len(pairs)
+        self._graded += done
         return done
+
+    def store(self) -> None:
+        """After the unit: store its verdicts whole (unless they came from there)."""
+        if self._exact is None or self._key is None or self._stored is not None:
+            return
+        try:
+            self._exact.store_unit(self._key, self._graded)
+        except CacheError as exc:
+            log.warning("unit cache store failed: %s", exc)
 
 
 def _worker_main(
@@ -333,11 +358,12 @@ class _Job:
     batches_left: int
     items_done: int = 0
 
-    def message(self, batch_id: int) -> tuple[dict[str, Any], list[int], int]:
-        """The frame for a batch, what it sent (see `culprit`), and its item count."""
+    def message(self, batch_id: int) -> tuple[dict[str, Any], bytes, list[int], int]:
+        """The frame and body for a batch, what it sent (see `culprit`), and its
+        item count."""
         raise NotImplementedError
 
-    def accept(self, batch_id: int, reply: dict[str, Any]) -> None:
+    def accept(self, batch_id: int, reply: dict[str, Any], body: bytes) -> None:
         """Take a worker's answer to the batch."""
         raise NotImplementedError
 
@@ -379,13 +405,13 @@ class _ItemJob(_Job):
         verdicts = self.verdicts
         return [i for i in self.batches[batch_id] if verdicts[i] is None]
 
-    def message(self, batch_id: int) -> tuple[dict[str, Any], list[int], int]:
+    def message(self, batch_id: int) -> tuple[dict[str, Any], bytes, list[int], int]:
         sent = self.left_in(batch_id)
         wire = [[i, self.items[i].response, self.items[i].gold] for i in sent]
         frame = {"batch": batch_id, "options": self.options.to_dict(), "items": wire}
-        return frame, sent, len(sent)
+        return frame, b"", sent, len(sent)
 
-    def accept(self, batch_id: int, reply: dict[str, Any]) -> None:
+    def accept(self, batch_id: int, reply: dict[str, Any], body: bytes) -> None:
         for index, verdict in reply["results"]:
             self.verdicts[index] = Verdict.from_dict(verdict)
         self.items_done += len(reply["results"])
@@ -425,23 +451,20 @@ class _ItemJob(_Job):
 class _UnitJob(_Job):
     """Units run whole by the workers' unit function; each unit is one batch."""
 
-    units: Sequence[Any]
+    units: Sequence[Unit]
     weights: Sequence[int]
-    results: list[Any]
+    results: list[Unit | None]
     # Per unit: the items found guilty so far, as `_UnitGrading` takes them.
     answered: list[list[list[Any]]]
     finished: list[bool]
 
-    def message(self, batch_id: int) -> tuple[dict[str, Any], list[int], int]:
-        frame = {
-            "batch": batch_id,
-            "unit": self.units[batch_id],
-            "answered": self.answered[batch_id],
-        }
-        return frame, [], self.weights[batch_id]
+    def message(self, batch_id: int) -> tuple[dict[str, Any], bytes, list[int], int]:
+        unit, body = self.units[batch_id]
+        frame = {"batch": batch_id, "unit": unit, "answered": self.answered[batch_id]}
+        return frame, body, [], self.weights[batch_id]
 
-    def accept(self, batch_id: int, reply: dict[str, Any]) -> None:
-        self.results[batch_id] = reply["unit"]
+    def accept(self, batch_id: int, reply: dict[str, Any], body: bytes) -> None:
+        self.results[batch_id] = (reply["unit"], body)
         self.finished[batch_id] = True
         self.items_done += self.weights[batch_id]
 
@@ -561,13 +584,13 @@ class LocalPool:
 
     def run_units(
         self,
-        units: Sequence[Any],
+        units: Sequence[Unit],
         weights: Sequence[int],
         on_progress: Callable[[int], None] | None = None,
         deadline_at: float | None = None,
-    ) -> list[Any]:
-        """Run the pool's `unit_fn` on each unit (a batch each, any JSON); result i
-        belongs to units[i].
+    ) -> list[Unit | None]:
+        """Run the pool's `unit_fn` on each unit (a batch each); result i belongs to
+        units[i].
 
         Under the same limits as `grade`: an item that overruns the deadline or the
         cap, or crashes its worker, is answered as a failure when its unit is sent
@@ -674,7 +697,7 @@ class LocalPool:
 
     def _send(self, worker: _Worker, job: _Job, batch_id: int) -> bool:
         """Send a batch; False if the worker was found dead (and replaced)."""
-        message, sent, count = job.message(batch_id)
+        message, body, sent, count = job.message(batch_id)
         job.attempts[batch_id] += 1
         worker.batches.append((batch_id, sent))
         worker.items_sent += count
@@ -685,7 +708,7 @@ class LocalPool:
             + 60
         )
         try:
-            write_frame(worker.to_fd, message)
+            write_body_frame(worker.to_fd, message, body)
         except BrokenPipeError:
             self._worker_lost(worker, job)
             return False
@@ -705,11 +728,11 @@ class LocalPool:
             wait_ms = max(0.0, min(wait_ms, (deadline_at - time.monotonic()) * 1000))
         for fd, _event in poller.poll(wait_ms):
             worker = self._workers[fd]
-            reply = read_frame(fd)
-            if reply is None:
+            frame = read_body_frame(fd)
+            if frame is None:
                 self._worker_lost(worker, job)
             else:
-                self._accept(worker, job, reply)
+                self._accept(worker, job, *frame)
         self._watch(job, [w for w in busy if w.from_fd in self._workers])
 
     def _watch(self, job: _Job, busy: list[_Worker]) -> None:
@@ -735,12 +758,14 @@ class LocalPool:
                 continue
             self._worker_lost(worker, job)
 
-    def _accept(self, worker: _Worker, job: _Job, reply: dict[str, Any]) -> None:
+    def _accept(
+        self, worker: _Worker, job: _Job, reply: dict[str, Any], body: bytes
+    ) -> None:
         batch_id = worker.batches[0][0] if worker.batches else None
         if batch_id is None or reply.get("batch") != batch_id:  # never a stale answer
             raise SandboxError(f"local worker {worker.pid} answered an unknown batch")
         worker.batches.popleft()
-        job.accept(batch_id, reply)
+        job.accept(batch_id, reply, body)
         job.batches_left -= 1
 
     def _worker_lost(self, worker: _Worker, job: _Job) -> None:

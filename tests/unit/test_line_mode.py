@@ -4,9 +4,11 @@ pool's limits per item (real LocalPool processes)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -174,7 +176,8 @@ def test_line_mode_hostile_item_gets_item_modes_verdict_and_its_unit_is_graded(
     # the unit is graded
     assert expected[3].status is status
     assert sum(v.correct for v in expected) == 13
-    assert result["out"] == "".join(
+    assert result is not None
+    assert result[1].decode() == "".join(
         dump_line(graded_record(row, verdict))
         for row, verdict in zip(rows, expected, strict=True)
     )
@@ -207,17 +210,17 @@ def test_line_mode_unit_killed_from_outside_is_run_again(tmp_path: Path) -> None
         runner.join(timeout=60)
     # Then its unit is run again, and nothing is lost or out of order
     (out,) = results
-    graded = [json.loads(line) for r in out for line in r["out"].splitlines()]
+    graded = [json.loads(line) for r in out for line in r[1].splitlines()]
     assert [g["gradefleet_line"] for g in graded] == list(range(1, 31))
     assert [g["correct"] for g in graded] == [i != 17 for i in range(30)]
     assert graded[17]["status"] != "error"
 
 
-def _die_on_poison(unit: Any, grade: GradePairs) -> Any:
+def _die_on_poison(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
     """A unit function that kills its worker outside any item on a marked unit."""
-    if any("poison-unit" in line for line in unit["lines"]):
+    if b"poison-unit" in body:
         os.kill(os.getpid(), signal.SIGKILL)
-    return grade_line_unit(unit, grade)
+    return grade_line_unit(unit, body, grade)
 
 
 def test_line_mode_unit_that_always_loses_its_worker_is_graded_as_rows(
@@ -277,3 +280,86 @@ def test_cli_deadline_in_line_mode_writes_stand_ins_only_where_no_result_came(
     assert late in (list(range(129, 193)), list(range(129, 201)))
     assert f"input lines 129-{late[-1]}" in result.stderr
     assert all(g["correct"] for g in graded if g["status"] != "timeout")
+
+
+def _cli_grade(source: Path, out: Path, *extra: str) -> list[dict[str, Any]]:
+    args = ["grade", str(source), "-o", str(out), "--processes", "2", *extra]
+    result = CliRunner().invoke(cli, [*args, "--item-timeout-s", "30", "-q"])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _cache_rows(cache_dir: Path) -> int:
+    (path,) = cache_dir.iterdir()
+    # Closed before the next run forks its workers: SQLite's locks do not survive
+    # a connection open across a fork.
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        (rows,) = conn.execute("SELECT COUNT(*) FROM results").fetchone()
+    return int(rows)
+
+
+def test_line_mode_cache_answers_a_graded_file_a_unit_at_a_time(
+    tmp_path: Path,
+) -> None:
+    # Given 300 real rollouts (5 units of 64 lines), graded with the cache off,
+    # then with a cold cache, then again
+    rollouts = real_rollouts()[:300]
+    source = tmp_path / "in.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps({"response": r.response, "gold": r.gold}) + "\n"
+            for r in rollouts
+        )
+    )
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    off = _cli_grade(source, tmp_path / "off.jsonl", "--no-cache")
+    cold = _cli_grade(source, tmp_path / "cold.jsonl", *cache)
+    rows_after_cold = _cache_rows(tmp_path / "cache")
+    warm = _cli_grade(source, tmp_path / "warm.jsonl", *cache)
+    # Then every run writes the same verdicts, the re-grade all from the cache,
+    # and the cache holds a row per unit (5) beside one per distinct answer
+    assert _without_cached(cold) == _without_cached(off) == _without_cached(warm)
+    assert not any(r["cached"] for r in off)
+    assert all(r["cached"] for r in warm)
+    distinct_answers = len({(r["canonical_pred"], r["gold"]) for r in off})
+    assert rows_after_cold <= 5 + distinct_answers
+    assert _cache_rows(tmp_path / "cache") == rows_after_cold
+    # When one line changes, only its unit is graded again
+    lines = source.read_text().splitlines(keepends=True)
+    lines[100] = json.dumps({"response": "\\boxed{7}", "gold": "7"}) + "\n"
+    source.write_text("".join(lines))
+    edited = _cli_grade(source, tmp_path / "edited.jsonl", *cache)
+    fresh = [i for i, r in enumerate(edited) if not r["cached"]]
+    assert 100 in fresh
+    assert all(64 <= i < 128 for i in fresh)
+    assert edited[100]["correct"] is True
+
+
+def _without_cached(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "cached"} for r in records]
+
+
+def test_line_mode_cache_does_not_keep_a_unit_with_a_transient_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a unit whose one row times out (its worker killed on it), graded twice
+    # with the cache on (the verifier's, so units are stored whole)
+    misbehave_while_prepared(monkeypatch)
+    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i)} for i in range(10)]
+    records[4] = {"response": "hang while prepared", "gold": "4"}
+    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
+    unit = line_unit(lines, FieldSpec(), OPTIONS)
+    runs = []
+    for _run in range(2):
+        with _pool(
+            processes=1, item_timeout_s=0.5, cache_path=tmp_path / "c.db"
+        ) as pool:
+            (result,) = pool.run_units([unit], [10])
+        assert result is not None
+        runs.append([json.loads(line) for line in result[1].splitlines()])
+    # Then the second run grades it again rather than replaying it (a replayed
+    # unit is cached throughout; its neighbours may hit the answer layer)
+    for graded in runs:
+        assert graded[4]["status"] == "timeout"
+        assert graded[4]["cached"] is False
+        assert all(r["correct"] for i, r in enumerate(graded) if i != 4)
