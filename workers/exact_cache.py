@@ -1,19 +1,23 @@
-"""The exact-response layer of the embedded cache: (response, gold) -> whole verdict.
+"""The exact-response layer of the embedded cache: whole verdicts by raw text.
 
 The answer layer (`workers.cache.cache_key`) keys a verdict by what the verifier
-extracted, so every lookup needs a sandbox child to extract first. This layer keys it
-by the raw texts, so a file graded before is answered by the CLI itself: read, hash,
-one bulk lookup per chunk, write; no pool process, no sandbox, no verifier warm-up
-(issue 11: a re-grade at least 3x the cold run).
+extracted, so every lookup needs the response prepared first. This layer keys whole
+verdicts by the raw texts, so a file graded before is answered without extracting:
 
-Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`, 20,000
-rollouts, 2 cores): one more row per distinct (response, gold, options) beside the
-answer layer's row per distinct answer; the file held 532 bytes per rollout (473 a
-row, both layers), within the cache's `max_rows` bound; a re-grade took 55 us of
-CPU per rollout against 241 for the cold run (2.9-4.3x its throughput over several
-runs); the cold run cost 9-18% more CPU than one without the cache (storing a row in
-SQLite is some 8-10 us), its throughput 0.76-1.06x of it. Kept to the embedded cache:
-on a fleet the rows would go to the Redis that also carries the broker's queues.
+- per rollout, (response, gold) -> verdict: for `Grader.grade` callers (the CLI
+  in item mode, the service's embedded backend), looked up before the pool;
+- per unit of the CLI's line mode (`producer.lines`), a hash of the unit's lines,
+  numbers, fields and options -> its verdicts in order: one row per 64 rollouts,
+  looked up and stored by the pool worker that grades the unit.
+
+Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`, 60,760
+rollouts, 2 cores, issue 11). Per rollout it cost the cold run some 15 us a rollout
+(hash, lookup, one SQLite insert each) and the file 491 bytes a rollout with the
+answer layer; per unit, 288 bytes a rollout, the cold run 0.92x of one without the
+cache (it was 0.65x with per-rollout rows in the workers), and a re-grade 2.25x the
+cold run (its fixed start-up, 0.65 s of 2.06 s, is most of what is left). Kept to
+the embedded cache: on a fleet the rows would go to the Redis that also carries the
+broker's queues.
 """
 
 from __future__ import annotations

@@ -10,6 +10,13 @@ the batch again. A prefork child must outlive its items, so the fleet keeps its
 sandbox child; here that extra process and its pipes cost more CPU than the
 grading (issue 11).
 
+Two kinds of work: `grade` sends rollouts and gets verdicts back; `run_units` sends
+units (a little JSON and raw bytes: the CLI's JSONL lines, `producer.lines`) that
+the workers turn into results with the pool's `unit_fn`, so the caller's own
+per-rollout work (parsing, encoding output) runs in the workers too. The limits are
+the same: a unit's items are numbered in the slot, and a unit sent again after its
+worker was lost carries the culprit's failure with it.
+
 Why plain `os.fork` workers talking length-prefixed JSON over pipes rather than
 multiprocessing: the parent has already imported the verifier, so each worker starts
 warm (a forkserver or spawn worker would import SymPy again); nothing is pickled, so

@@ -253,12 +253,15 @@ def _cache_size(cache_dir: Path, n: int) -> None:
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     rows = conn.execute("SELECT value FROM results").fetchall()
     conn.close()
-    # An exact-response row holds the whole verdict, `extraction_method` included.
-    exact = sum('"extraction_method"' in value for (value,) in rows)
+    # A row of whole verdicts (a unit of lines, as the CLI stores them, or one
+    # rollout, as `Grader.grade` does) holds `extraction_method`; an answer row not.
+    whole = sum('"extraction_method"' in value for (value,) in rows)
+    units = sum(value.startswith("[") for (value,) in rows)
     size = path.stat().st_size
     print(
-        f"\ncache file after the runs: {len(rows):,} rows ({exact:,} exact-response, "
-        f"{len(rows) - exact:,} answer), {size / 2**20:.1f} MiB: "
+        f"\ncache file after the runs: {len(rows):,} rows ({units:,} units of lines, "
+        f"{whole - units:,} single rollouts, {len(rows) - whole:,} answers), "
+        f"{size / 2**20:.1f} MiB: "
         f"{size / max(len(rows), 1):.0f} bytes a row, {size / n:.0f} a rollout"
     )
 
