@@ -11,9 +11,11 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from workers import verifier
 from workers.models import GradeOptions, Rollout, Verdict
@@ -147,3 +149,22 @@ def misbehave_while_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_prepare(response, gold, **kw)
 
     monkeypatch.setattr(verifier, "prepare", prepare)
+
+
+T = TypeVar("T")
+
+
+def kill_when_marked(mark: Path, run: Callable[[], T]) -> T:
+    """Run `run` in a thread; once a "once:<mark>" item has written its grading
+    process's pid into `mark`, SIGKILL that process (as an operator or the OOM
+    killer would); return what `run` returns."""
+    results: list[T] = []
+    runner = threading.Thread(target=lambda: results.append(run()))
+    runner.start()
+    deadline = time.monotonic() + 20
+    while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    runner.join(timeout=60)
+    (result,) = results
+    return result

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,7 +28,12 @@ from producer.cli import cli
 from producer.fields import FieldSpec
 from producer.lines import LineGrader, grade_line_unit, line_unit
 from producer.sweep import grade_file
-from tests.helpers import hostile_grade, misbehave_while_prepared, real_rollouts
+from tests.helpers import (
+    hostile_grade,
+    kill_when_marked,
+    misbehave_while_prepared,
+    real_rollouts,
+)
 from workers.local import GradePairs, LocalPool
 from workers.models import GradeOptions, Status
 
@@ -198,18 +202,8 @@ def test_line_mode_unit_killed_from_outside_is_run_again(tmp_path: Path) -> None
     lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
     units = [line_unit(lines[i : i + 10], FieldSpec(), OPTIONS) for i in (0, 10, 20)]
     with _pool(grade_fn=hostile_grade) as pool:
-        results: list[Any] = []
-        runner = threading.Thread(
-            target=lambda: results.append(pool.run_units(units, [10, 10, 10]))
-        )
-        runner.start()
-        deadline = time.monotonic() + 20
-        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        os.kill(int(mark.read_text()), signal.SIGKILL)
-        runner.join(timeout=60)
+        out = kill_when_marked(mark, lambda: pool.run_units(units, [10, 10, 10]))
     # Then its unit is run again, and nothing is lost or out of order
-    (out,) = results
     graded = [json.loads(line) for r in out for line in r[1].splitlines()]
     assert [g["gradefleet_line"] for g in graded] == list(range(1, 31))
     assert [g["correct"] for g in graded] == [i != 17 for i in range(30)]

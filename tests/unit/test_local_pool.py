@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -14,13 +11,14 @@ import pytest
 from tests.helpers import (
     gsm8k_groups,
     hostile_grade,
+    kill_when_marked,
     misbehave_while_prepared,
     qwen_groups,
 )
 from workers import verifier
 from workers.batch import GradeItem
 from workers.local import LocalPool
-from workers.models import GradeOptions, Status, Verdict
+from workers.models import GradeOptions, Status
 
 OPTIONS = GradeOptions()
 MIB = 1 << 20
@@ -93,20 +91,10 @@ def test_local_pool_reruns_the_batch_of_a_dead_worker(tmp_path: Path) -> None:
     mark = tmp_path / "worker.pid"
     items = [GradeItem(i, f"\\boxed{{{i}}}", str(i)) for i in range(40)]
     items[25] = GradeItem(25, f"once:{mark}", "x")
-    results: list[list[Verdict]] = []
     with make_pool(item_timeout_s=30.0, batch_size=10) as pool:
-        runner = threading.Thread(
-            target=lambda: results.append(pool.grade(items, OPTIONS))
-        )
-        runner.start()
-        deadline = time.monotonic() + 20
-        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.01)
         # When the worker process running it is SIGKILLed mid-batch
-        os.kill(int(mark.read_text()), signal.SIGKILL)
-        runner.join(timeout=60)
+        verdicts = kill_when_marked(mark, lambda: pool.grade(items, OPTIONS))
     # Then its batch is re-run elsewhere: nothing lost, nothing out of order
-    (verdicts,) = results
     assert [v.correct for v in verdicts] == [i != 25 for i in range(40)]
     assert verdicts[25].status is not Status.ERROR
 
