@@ -255,9 +255,24 @@ class _EmbeddedGrader(GraderBase):
                 weights,
                 on_progress=_as_steps(on_progress),
                 deadline_at=_deadline_at(deadline_s),
+                warm_up=not self._all_stored(units),
             )
         except DeadlineError as exc:
             return list(exc.partial or [None] * len(units))
+
+    def _all_stored(self, units: Sequence[Any]) -> bool:
+        """Whether the cache holds every unit whole (a re-graded file's chunk)."""
+        from workers.errors import CacheError
+
+        if self._exact is None:
+            return False
+        assert self._cache is not None
+        try:
+            return self._exact.has_units(units)
+        except CacheError:
+            return False
+        finally:
+            self._cache.close()  # before the pool forks (see `_known`)
 
     def grade(
         self,

@@ -264,6 +264,25 @@ class SqliteResultCache:
                 found.update(rows)
         return found
 
+    def count_found(self, keys: Sequence[str]) -> int:
+        """How many of `keys` are stored and unexpired (without reading them)."""
+        pending = self._pending
+        found = sum(key in pending for key in keys)
+        keys = [key for key in keys if key not in pending]
+        now = self._clock()
+        with self._errors("lookup"):
+            conn = self._connection()
+            for start in range(0, len(keys), _SQLITE_CHUNK):
+                chunk = list(keys[start : start + _SQLITE_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                (count,) = conn.execute(
+                    f"SELECT COUNT(*) FROM results WHERE key IN ({marks})"
+                    " AND expires_at > ?",
+                    [*chunk, now],
+                ).fetchone()
+                found += count
+        return found
+
     def set_values(self, values: Mapping[str, str]) -> None:
         """Store text by key: at once, or with `write_behind_rows`, once that many
         are pending (and on `flush` and `close`)."""

@@ -184,6 +184,15 @@ class ExactLayer:
             return None
         return [verdict for verdict in verdicts if verdict is not None]
 
+    def has_units(self, units: Sequence[tuple[Any, bytes]]) -> bool:
+        """Whether every one of these units is stored (see `unit_key`).
+
+        Raises:
+            CacheError: the lookup failed.
+        """
+        keys = [self.unit_key(unit, body) for unit, body in units]
+        return self._cache.count_found(keys) == len(set(keys))
+
     def store_unit(self, key: str, verdicts: Sequence[Verdict]) -> None:
         """Store a unit's verdicts, unless one is transient (it is graded again).
 

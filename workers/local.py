@@ -66,7 +66,7 @@ from workers.inline import (
     Step,
 )
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
-from workers.sandbox import GradeFn, warm_up_verifier
+from workers.sandbox import GradeFn, verifier_warmed_up, warm_up_verifier
 from workers.sandbox_child import death_status
 from workers.sizing import (
     CACHE_WRITE_BEHIND_ROWS,
@@ -133,6 +133,7 @@ class _Worker:
     statm_fd: int
     rss_cap_bytes: int
     batches: deque[tuple[int, list[int]]] = field(default_factory=deque)  # oldest 1st
+    warm: bool = True  # forked with the verifier warmed up (see `run_units`)
     deadline: float = 0.0
     items_sent: int = 0
     # Why this process killed it (status, reason), for the item in its slot; and
@@ -364,6 +365,8 @@ class _Job:
     attempts: list[int]
     batches_left: int
     items_done: int = 0
+    # Workers must start with the verifier warm (False: the work needs no grading).
+    warm_up: bool = True
 
     def message(self, batch_id: int) -> tuple[dict[str, Any], bytes, list[int], int]:
         """The frame and body for a batch, what it sent (see `culprit`), and its
@@ -595,6 +598,8 @@ class LocalPool:
         weights: Sequence[int],
         on_progress: Callable[[int], None] | None = None,
         deadline_at: float | None = None,
+        *,
+        warm_up: bool = True,
     ) -> list[Unit | None]:
         """Run the pool's `unit_fn` on each unit (a batch each); result i belongs to
         units[i].
@@ -605,6 +610,11 @@ class LocalPool:
         blame has the result None (the caller grades it another way). `weights`
         (rollouts per unit) count for `on_progress` and worker recycling. Past
         `deadline_at`, DeadlineError with the results so far (None: not arrived).
+
+        `warm_up=False` (the caller knows the units need no grading: a re-graded
+        file's, all in the cache) spares the verifier's warm-up before workers are
+        forked (0.5 s of a re-grade's 2 s); a worker forked cold that grades after
+        all imports SymPy then, and the next call with `warm_up` replaces it.
         """
         if self._config.unit_fn is None:
             raise ValueError("this pool has no unit_fn")
@@ -620,6 +630,7 @@ class LocalPool:
             pending=deque(range(len(units))),
             attempts=[0] * len(units),
             batches_left=len(units),
+            warm_up=warm_up,
         )
         self._run(job, on_progress, deadline_at)
         return job.results
@@ -680,7 +691,8 @@ class LocalPool:
     def _dispatch(self, job: _Job) -> None:
         recycle_after = self._config.recycle_after_items
         for worker in list(self._workers.values()):
-            if worker.items_sent >= recycle_after and not worker.batches:
+            spent = worker.items_sent >= recycle_after
+            if (spent or (job.warm_up and not worker.warm)) and not worker.batches:
                 # Its last batch is answered: EOF lets it write its cache rows out
                 # and exit, reaped later (a fresh worker takes its place now).
                 del self._workers[worker.from_fd]
@@ -688,10 +700,11 @@ class LocalPool:
                 self._leaving.append(worker)
         if self._leaving:
             self._reap_leaving()
-        if len(self._workers) < self._processes:
+        if len(self._workers) < self._processes and job.warm_up:
             warm_up_verifier()  # once per process: workers inherit a warm verifier
         while len(self._workers) < self._processes:
             worker = _spawn_worker(self._config)
+            worker.warm = verifier_warmed_up()
             self._workers[worker.from_fd] = worker
         for worker in list(self._workers.values()):
             while (

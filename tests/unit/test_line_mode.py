@@ -9,6 +9,8 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -357,3 +359,61 @@ def test_line_mode_cache_does_not_keep_a_unit_with_a_transient_verdict(
         assert graded[4]["status"] == "timeout"
         assert graded[4]["cached"] is False
         assert all(r["correct"] for i, r in enumerate(graded) if i != 4)
+
+
+_REGRADE = """
+import sys
+from producer.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print("sympy imported:", "sympy" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_line_mode_regrade_skips_the_warm_up_and_grades_what_is_new(
+    tmp_path: Path,
+) -> None:
+    # Given a file of 2,048 rows (the CLI's first chunk) graded with the cache on
+    rollouts = [r for r in real_rollouts() for _copy in range(2)][:2148]
+    records = [
+        {"response": f"[{i}] {r.response}", "gold": r.gold}
+        for i, r in enumerate(rollouts)
+    ]
+    source = tmp_path / "in.jsonl"
+    cache = ["--cache-dir", str(tmp_path / "cache"), "--processes", "2"]
+
+    def grade(name: str, *extra: str) -> tuple[list[dict[str, Any]], str]:
+        out = tmp_path / f"{name}.jsonl"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _REGRADE,
+                "grade",
+                str(source),
+                "-o",
+                str(out),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in out.read_text().splitlines()], done.stderr
+
+    source.write_text("".join(json.dumps(r) + "\n" for r in records[:2048]))
+    grade("cold", *cache)
+    # When it is graded again: every unit is stored, so no grading is needed
+    again, stderr = grade("again", *cache)
+    assert all(r["cached"] for r in again)
+    assert "sympy imported: False" in stderr
+    # When 100 rows are added (a second chunk, not stored): the workers forked cold
+    # are replaced by warm ones, and the new rows graded as without a cache
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    grown, stderr = grade("grown", *cache, "--item-timeout-s", "1")
+    off, _ = grade("off", "--no-cache", "--processes", "2")
+    assert _without_cached(grown) == _without_cached(off)
+    assert all(r["cached"] for r in grown[:2048])
+    assert "sympy imported: True" in stderr
