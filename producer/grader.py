@@ -244,35 +244,59 @@ class _EmbeddedGrader(GraderBase):
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
     ) -> list[Any]:
-        """Line mode (`producer.lines`): each unit run whole by a pool worker. None
-        where a unit has no result: the deadline passed first, or its worker was
-        lost too often with no item to blame (grade its rows with `grade`)."""
+        """Line mode (`producer.lines`): each unit run whole by a pool worker, or
+        taken whole from the cache, its result dict then marked `"cached": True`
+        (a re-graded file starts no pool at all). None where a unit has no result:
+        the deadline passed first, or its worker was lost too often with no item to
+        blame (grade its rows with `grade`)."""
         from workers.errors import DeadlineError
 
+        results: list[Any] = [None] * len(units)
+        keys = self._stored_units(units, results)
+        todo = [i for i, result in enumerate(results) if result is None]
+        if on_progress is not None and len(todo) < len(units):
+            on_progress(sum(weights) - sum(weights[i] for i in todo))
+        if not todo:
+            return results
+        ran: list[Any]
         try:
-            return self._started_pool().run_units(
-                units,
-                weights,
+            ran = self._started_pool().run_units(
+                [units[i] for i in todo],
+                [weights[i] for i in todo],
                 on_progress=_as_steps(on_progress),
                 deadline_at=_deadline_at(deadline_s),
-                warm_up=not self._all_stored(units),
+                keys=None if keys is None else [keys[i] for i in todo],
             )
         except DeadlineError as exc:
-            return list(exc.partial or [None] * len(units))
+            ran = list(exc.partial or [None] * len(todo))
+        for index, result in zip(todo, ran, strict=True):
+            results[index] = result
+        return results
 
-    def _all_stored(self, units: Sequence[Any]) -> bool:
-        """Whether the cache holds every unit whole (a re-graded file's chunk)."""
+    def _stored_units(
+        self, units: Sequence[Any], results: list[Any]
+    ) -> list[str] | None:
+        """Fill `results` with the units the cache holds whole; their keys (None
+        without a cache)."""
         from workers.errors import CacheError
 
         if self._exact is None:
-            return False
+            return None
         assert self._cache is not None
+        keys = [self._exact.unit_key(unit, body) for unit, body in units]
         try:
-            return self._exact.has_units(units)
-        except CacheError:
-            return False
+            stored = self._exact.lookup_units(keys)
+        except CacheError as exc:  # the pool grades them all, as without a cache
+            log.warning("unit cache lookup failed: %s", exc)
+            return keys
         finally:
             self._cache.close()  # before the pool forks (see `_known`)
+        for index, key in enumerate(keys):
+            if key in stored:
+                result, body = stored[key]
+                if isinstance(result, dict):
+                    results[index] = ({**result, "cached": True}, body)
+        return keys
 
     def grade(
         self,

@@ -87,17 +87,42 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
     verdicts = grade_alternatives(rows, grade_rows, lambda _n: None)
     summary = Summary()
     out = []
+    storable = True
     for row, verdict in zip(rows, verdicts, strict=True):
-        out.append(dump_line_bytes(graded_record(row, verdict)))
+        line = dump_line_bytes(graded_record(row, verdict))
+        # Replayed from the cache, a line must say `cached`: only a line that ends
+        # with the verdict's `_FRESH` and has no other (see `_replayed`) is stored.
+        storable = (
+            storable
+            and not verdict.cached
+            and line.endswith(b"%s%d}\n" % (_FRESH, row.line_no))
+            and line.count(_FRESH) == 1
+        )
+        out.append(line)
         summary.add(verdict)
-    result = {"totals": summary.totals(), "errors": errors}
+    result = {"totals": summary.totals(), "errors": errors, "storable": storable}
     return result, b"".join(out)
+
+
+# How every output line ends (`graded_record` puts the verdict fields last, then
+# the line number, unless the input had those keys, which keep their place): in
+# JSON text these quotes can only be keys, never inside a string (escaped there).
+_FRESH = b'"cached":false,"gradefleet_line":'
+_CACHED = b'"cached":true,"gradefleet_line":'
+
+
+def _replayed(result: dict[str, Any], out: bytes) -> tuple[dict[str, Any], bytes]:
+    """A unit's stored result as a re-grade writes it: every row `cached`."""
+    totals = {**result["totals"], "cached": result["totals"]["graded"]}
+    return {**result, "totals": totals}, out.replace(_FRESH, _CACHED)
 
 
 class LineUnitResult:
     """What a worker returned for a unit, read back in the CLI."""
 
     def __init__(self, result: Any, out: bytes) -> None:
+        if result.get("cached"):  # taken whole from the cache
+            result, out = _replayed(result, out)
         self.out = out
         self.totals: dict[str, Any] = result["totals"]
         self.errors = [

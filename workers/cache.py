@@ -187,14 +187,21 @@ CREATE TABLE IF NOT EXISTS results (
 _INDEX = "CREATE INDEX IF NOT EXISTS results_expires_at ON results (expires_at)"
 
 
+# A purge runs once this share of `max_bytes` has been stored since the last, and
+# leaves the rows in at most this fraction of it.
+_PURGE_SHARE = 8
+_PURGE_TO = 0.9
+
+
 class SqliteResultCache:
     """Results in a local SQLite file (WAL; several processes may read and write).
 
     Each process opens its own connection lazily (a connection must not cross a fork).
 
-    Bounded by age and size, as it runs: after every `purge_every` rows it stores, a
-    process deletes the expired rows and, past `max_rows`, the oldest ones (about
-    470 bytes a row: the default 1,000,000 rows is some 470 MB of disk).
+    Bounded by age and size, as it runs: after every `purge_every` rows it stores
+    (or an eighth of `max_bytes`), a process deletes the expired rows and, past
+    `max_rows` rows or `max_bytes` of pages, the oldest ones (an answer row is about
+    470 bytes, a line-mode unit's some 45 KB; the default bound is 2 GiB of disk).
 
     With `write_behind_rows` > 1, stored rows are held in memory (and found by
     lookups) until that many are pending, then written in one transaction: a commit
@@ -213,18 +220,23 @@ class SqliteResultCache:
         *,
         ttl_s: float = 30 * 86_400,
         max_rows: int = 1_000_000,
+        max_bytes: int = 2 << 30,
         purge_every: int = 10_000,
         busy_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.time,
         write_behind_rows: int = 1,
     ) -> None:
-        if max_rows < 1 or purge_every < 1 or write_behind_rows < 1:
-            raise ValueError("max_rows, purge_every, write_behind_rows must be >= 1")
+        if min(max_rows, max_bytes, purge_every, write_behind_rows) < 1:
+            raise ValueError(
+                "max_rows, max_bytes, purge_every, write_behind_rows must be >= 1"
+            )
         self._path = Path(path)
         self._ttl_s = ttl_s
         self._max_rows = max_rows
+        self._max_bytes = max_bytes
         self._purge_every = purge_every
         self._stored_since_purge = 0
+        self._bytes_since_purge = 0
         self._busy_timeout_s = busy_timeout_s
         self._clock = clock
         self._write_behind_rows = write_behind_rows
@@ -264,25 +276,6 @@ class SqliteResultCache:
                 found.update(rows)
         return found
 
-    def count_found(self, keys: Sequence[str]) -> int:
-        """How many of `keys` are stored and unexpired (without reading them)."""
-        pending = self._pending
-        found = sum(key in pending for key in keys)
-        keys = [key for key in keys if key not in pending]
-        now = self._clock()
-        with self._errors("lookup"):
-            conn = self._connection()
-            for start in range(0, len(keys), _SQLITE_CHUNK):
-                chunk = list(keys[start : start + _SQLITE_CHUNK])
-                marks = ",".join("?" * len(chunk))
-                (count,) = conn.execute(
-                    f"SELECT COUNT(*) FROM results WHERE key IN ({marks})"
-                    " AND expires_at > ?",
-                    [*chunk, now],
-                ).fetchone()
-                found += count
-        return found
-
     def set_values(self, values: Mapping[str, str]) -> None:
         """Store text by key: at once, or with `write_behind_rows`, once that many
         are pending (and on `flush` and `close`)."""
@@ -311,7 +304,11 @@ class SqliteResultCache:
                 raise
             conn.execute("COMMIT")
         self._stored_since_purge += len(rows)
-        if self._stored_since_purge >= self._purge_every:
+        self._bytes_since_purge += sum(len(value) for _k, value, _e in rows)
+        if (
+            self._stored_since_purge >= self._purge_every
+            or self._bytes_since_purge >= self._max_bytes // _PURGE_SHARE
+        ):
             self.purge()
 
     def purge_expired(self) -> int:
@@ -323,20 +320,37 @@ class SqliteResultCache:
             return cursor.rowcount
 
     def purge(self) -> int:
-        """Delete expired rows, then the oldest beyond `max_rows`; returns how many."""
-        self._stored_since_purge = 0
+        """Delete expired rows, then the oldest beyond `max_rows` or beyond what
+        fits in `max_bytes` (a unit of the CLI's line mode is one row of some 45 KB:
+        rows alone would not bound the file); returns how many."""
+        self._stored_since_purge = self._bytes_since_purge = 0
         deleted = self.purge_expired()
         with self._errors("purge"):
             conn = self._connection()
             (rows,) = conn.execute("SELECT COUNT(*) FROM results").fetchone()
-            if rows > self._max_rows:
+            excess = rows - self._max_rows
+            used_bytes = self._used_bytes(conn)
+            if used_bytes > self._max_bytes and rows:
+                # Rows are of one size or two (answers, units): delete the oldest
+                # share that brings the file under the bound, with room to spare.
+                keep = rows * (self._max_bytes * _PURGE_TO) // used_bytes
+                excess = max(excess, rows - int(keep))
+            if excess > 0:
                 cursor = conn.execute(
                     "DELETE FROM results WHERE key IN (SELECT key FROM results"
                     " ORDER BY expires_at LIMIT ?)",
-                    (rows - self._max_rows,),
+                    (excess,),
                 )
                 deleted += cursor.rowcount
         return deleted
+
+    @staticmethod
+    def _used_bytes(conn: sqlite3.Connection) -> int:
+        """Bytes of the file's pages in use (freed pages are reused, not returned)."""
+        (pages,) = conn.execute("PRAGMA page_count").fetchone()
+        (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+        return int((pages - free) * size)
 
     def close(self) -> None:
         """Write what is pending, then close (a failed write is logged: it only

@@ -169,39 +169,27 @@ class ExactLayer:
         digest.update(body)
         return digest.hexdigest()
 
-    def lookup_unit(self, key: str) -> list[Verdict] | None:
-        """A unit's verdicts, in its grading order (cached=True); None if not stored.
+    def lookup_units(self, keys: Sequence[str]) -> dict[str, tuple[Any, bytes]]:
+        """The stored result of each unit key found (see `store_unit`).
 
         Raises:
             CacheError: the lookup failed.
         """
-        raw = self._cache.get_values([key]).get(key)
-        stored = None if raw is None else _json_value(raw)
-        if not isinstance(stored, list):
-            return None
-        verdicts = [_verdict_of(fields) for fields in stored]
-        if any(verdict is None for verdict in verdicts):
-            return None
-        return [verdict for verdict in verdicts if verdict is not None]
+        found: dict[str, tuple[Any, bytes]] = {}
+        for key, raw in self._cache.get_values(list(dict.fromkeys(keys))).items():
+            stored = _json_value(raw)
+            if isinstance(stored, dict) and isinstance(stored.get("body"), str):
+                found[key] = (stored.get("result"), stored["body"].encode("utf-8"))
+        return found
 
-    def has_units(self, units: Sequence[tuple[Any, bytes]]) -> bool:
-        """Whether every one of these units is stored (see `unit_key`).
-
-        Raises:
-            CacheError: the lookup failed.
-        """
-        keys = [self.unit_key(unit, body) for unit, body in units]
-        return self._cache.count_found(keys) == len(set(keys))
-
-    def store_unit(self, key: str, verdicts: Sequence[Verdict]) -> None:
-        """Store a unit's verdicts, unless one is transient (it is graded again).
+    def store_unit(self, key: str, result: Any, body: bytes) -> None:
+        """Store a unit's result (JSON) and body (UTF-8 text) whole.
 
         Raises:
             CacheError: the store failed.
         """
-        if any(
-            verdict.status in TRANSIENT_STATUSES or not verdict.grader_version
-            for verdict in verdicts
-        ):
-            return
-        self._cache.set_values({key: _json_text([_fields(v) for v in verdicts])})
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return  # not text: never stored, so always graded
+        self._cache.set_values({key: _json_text({"result": result, "body": text})})

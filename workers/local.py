@@ -65,8 +65,14 @@ from workers.inline import (
     ProgressSlot,
     Step,
 )
-from workers.models import GradeOptions, RolloutLike, Status, Verdict
-from workers.sandbox import GradeFn, verifier_warmed_up, warm_up_verifier
+from workers.models import (
+    TRANSIENT_STATUSES,
+    GradeOptions,
+    RolloutLike,
+    Status,
+    Verdict,
+)
+from workers.sandbox import GradeFn, warm_up_verifier
 from workers.sandbox_child import death_status
 from workers.sizing import (
     CACHE_WRITE_BEHIND_ROWS,
@@ -133,7 +139,6 @@ class _Worker:
     statm_fd: int
     rss_cap_bytes: int
     batches: deque[tuple[int, list[int]]] = field(default_factory=deque)  # oldest 1st
-    warm: bool = True  # forked with the verifier warmed up (see `run_units`)
     deadline: float = 0.0
     items_sent: int = 0
     # Why this process killed it (status, reason), for the item in its slot; and
@@ -157,8 +162,12 @@ def _worker_loop(
         if config.grade_fn is None:  # whole verdicts of the verifier's only
             exact = ExactLayer(cache, verifier.GRADER_VERSION)
     grader = BatchGrader(sandbox=inline, cache=cache, exact=exact)
-    # A unit's verdicts are stored whole, once (see `_UnitGrading`), not per item.
-    unit_grader = BatchGrader(sandbox=inline, cache=cache)
+    # A unit's result is stored whole, once (`ExactLayer.store_unit`), and units use
+    # no answer layer: a hit there still needs the response prepared and only saves
+    # deciding it, and its lookups and stores cost a cold run of unique rollouts
+    # more than that (measured, issue 11: some 15-20 us a rollout against 1-4 for
+    # the unit rows alone).
+    unit_grader = BatchGrader(sandbox=inline, cache=None)
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
     try:
         while (frame := read_body_frame(to_fd)) is not None:
@@ -166,9 +175,10 @@ def _worker_loop(
             inline.batch = message["batch"]
             if "unit" in message:
                 assert config.unit_fn is not None
-                grade = _UnitGrading(message, body, unit_grader, exact, inline, slot)
+                grade = _UnitGrading(message["answered"], unit_grader, inline, slot)
                 result, body = config.unit_fn(message["unit"], body, grade)
-                grade.store()
+                if exact is not None and "key" in message and grade.final:
+                    _store_unit(exact, message["key"], result, body)
                 reply: dict[str, Any] = {"unit": result}
             else:
                 items = [GradeItem(i, r, g) for i, r, g in message["items"]]
@@ -183,6 +193,16 @@ def _worker_loop(
             cache.close()
 
 
+def _store_unit(exact: ExactLayer, key: str, result: Any, body: bytes) -> None:
+    """Store a unit's result whole when it says it may be (see `run_units`)."""
+    if not (isinstance(result, dict) and result.get("storable") is True):
+        return
+    try:
+        exact.store_unit(key, result, body)
+    except CacheError as exc:  # it is graded again next time
+        log.warning("unit cache store failed: %s", exc)
+
+
 class _UnitGrading:
     """The `GradePairs` a worker hands its unit function for one unit.
 
@@ -190,51 +210,31 @@ class _UnitGrading:
     the parent can name the item a lost worker was on; when the unit comes back,
     `answered` holds those items' failures (position, status, reason, prepared),
     which are answered here, not graded again.
-
-    With the cache on, a unit's verdicts are stored whole under a hash of the unit
-    (its lines' bytes, numbers, fields, options: `ExactLayer.unit_key`), so a file
-    graded before is answered a unit at a time: one SQLite row per unit rather than
-    one per rollout, which costs the cold run some 15 us a rollout (issue 11).
     """
 
     def __init__(
         self,
-        message: dict[str, Any],
-        body: bytes,
+        answered: list[list[Any]],
         grader: BatchGrader,
-        exact: ExactLayer | None,
         inline: InlineGrader,
         slot: ProgressSlot,
     ) -> None:
         self._slot = slot
         self._answered = {
             position: (Status(status), reason, prepared)
-            for position, status, reason, prepared in message["answered"]
+            for position, status, reason, prepared in answered
         }
         self._grader = grader
         self._inline = inline
         self._numbered = 0
-        self._graded: list[Verdict] = []
-        self._exact = exact
-        self._key = self._stored = None
-        if exact is not None:
-            self._key = exact.unit_key(message["unit"], body)
-            try:
-                self._stored = exact.lookup_unit(self._key)
-            except CacheError as exc:  # graded, as without a cache
-                log.warning("unit cache lookup failed: %s", exc)
+        # No transient verdict so far: the unit's result may be kept whole.
+        self.final = True
 
     def __call__(
         self, pairs: Sequence[tuple[str, str]], options: GradeOptions
     ) -> list[Verdict]:
         base = self._numbered
         self._numbered += len(pairs)
-        stored = self._stored
-        if stored is not None and len(stored) >= self._numbered:
-            replayed = stored[base : self._numbered]
-            self._graded += replayed
-            return replayed
-        self._stored = None  # not the unit that was stored: grade it all
         verdicts: list[Verdict | None] = [None] * len(pairs)
         for position, (status, reason, prepared) in self._answered.items():
             if base <= position < self._numbered:
@@ -254,17 +254,11 @@ class _UnitGrading:
             self._slot.idle()
         done = [verdict for verdict in verdicts if verdict is not None]
         assert len(done) == len(pairs)
-        self._graded += done
+        self.final = self.final and not any(
+            verdict.status in TRANSIENT_STATUSES or not verdict.grader_version
+            for verdict in done
+        )
         return done
-
-    def store(self) -> None:
-        """After the unit: store its verdicts whole (unless they came from there)."""
-        if self._exact is None or self._key is None or self._stored is not None:
-            return
-        try:
-            self._exact.store_unit(self._key, self._graded)
-        except CacheError as exc:
-            log.warning("unit cache store failed: %s", exc)
 
 
 def _worker_main(
@@ -365,8 +359,6 @@ class _Job:
     attempts: list[int]
     batches_left: int
     items_done: int = 0
-    # Workers must start with the verifier warm (False: the work needs no grading).
-    warm_up: bool = True
 
     def message(self, batch_id: int) -> tuple[dict[str, Any], bytes, list[int], int]:
         """The frame and body for a batch, what it sent (see `culprit`), and its
@@ -467,10 +459,13 @@ class _UnitJob(_Job):
     # Per unit: the items found guilty so far, as `_UnitGrading` takes them.
     answered: list[list[list[Any]]]
     finished: list[bool]
+    keys: Sequence[str] | None = None  # cache keys, for the workers to store under
 
     def message(self, batch_id: int) -> tuple[dict[str, Any], bytes, list[int], int]:
         unit, body = self.units[batch_id]
         frame = {"batch": batch_id, "unit": unit, "answered": self.answered[batch_id]}
+        if self.keys is not None:
+            frame["key"] = self.keys[batch_id]
         return frame, body, [], self.weights[batch_id]
 
     def accept(self, batch_id: int, reply: dict[str, Any], body: bytes) -> None:
@@ -598,8 +593,7 @@ class LocalPool:
         weights: Sequence[int],
         on_progress: Callable[[int], None] | None = None,
         deadline_at: float | None = None,
-        *,
-        warm_up: bool = True,
+        keys: Sequence[str] | None = None,
     ) -> list[Unit | None]:
         """Run the pool's `unit_fn` on each unit (a batch each); result i belongs to
         units[i].
@@ -611,10 +605,9 @@ class LocalPool:
         (rollouts per unit) count for `on_progress` and worker recycling. Past
         `deadline_at`, DeadlineError with the results so far (None: not arrived).
 
-        `warm_up=False` (the caller knows the units need no grading: a re-graded
-        file's, all in the cache) spares the verifier's warm-up before workers are
-        forked (0.5 s of a re-grade's 2 s); a worker forked cold that grades after
-        all imports SymPy then, and the next call with `warm_up` replaces it.
+        With the cache on and `keys` (`ExactLayer.unit_key` of each unit), a worker
+        stores a unit's result under its key when the result is a dict saying
+        `"storable": True` and none of its verdicts is transient.
         """
         if self._config.unit_fn is None:
             raise ValueError("this pool has no unit_fn")
@@ -630,7 +623,7 @@ class LocalPool:
             pending=deque(range(len(units))),
             attempts=[0] * len(units),
             batches_left=len(units),
-            warm_up=warm_up,
+            keys=keys,
         )
         self._run(job, on_progress, deadline_at)
         return job.results
@@ -691,8 +684,7 @@ class LocalPool:
     def _dispatch(self, job: _Job) -> None:
         recycle_after = self._config.recycle_after_items
         for worker in list(self._workers.values()):
-            spent = worker.items_sent >= recycle_after
-            if (spent or (job.warm_up and not worker.warm)) and not worker.batches:
+            if worker.items_sent >= recycle_after and not worker.batches:
                 # Its last batch is answered: EOF lets it write its cache rows out
                 # and exit, reaped later (a fresh worker takes its place now).
                 del self._workers[worker.from_fd]
@@ -700,11 +692,10 @@ class LocalPool:
                 self._leaving.append(worker)
         if self._leaving:
             self._reap_leaving()
-        if len(self._workers) < self._processes and job.warm_up:
+        if len(self._workers) < self._processes:
             warm_up_verifier()  # once per process: workers inherit a warm verifier
         while len(self._workers) < self._processes:
             worker = _spawn_worker(self._config)
-            worker.warm = verifier_warmed_up()
             self._workers[worker.from_fd] = worker
         for worker in list(self._workers.values()):
             while (

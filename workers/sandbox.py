@@ -59,7 +59,6 @@ __all__ = [
     "ItemResult",
     "Sandbox",
     "Selector",
-    "verifier_warmed_up",
     "warm_up_verifier",
 ]
 
@@ -97,11 +96,6 @@ def warm_up_verifier() -> None:
             verifier.grade(response, gold)
         except Exception:  # a verifier bug here only costs warmth, logged not hidden
             log.exception("verifier warm-up failed on %r", response)
-
-
-def verifier_warmed_up() -> bool:
-    """Whether `warm_up_verifier` has run in this process."""
-    return _warmed_up
 
 
 class _Outcome(Enum):

@@ -183,3 +183,22 @@ def test_sqlite_cache_purges_expired_rows_as_it_runs(tmp_path: Path) -> None:
     assert _rows(path) == 4
     cache.set_many({"new": ENTRY})  # the fifth row stored: a purge
     assert _rows(path) == 1
+
+
+def test_sqlite_cache_is_bounded_by_bytes_when_rows_are_big(tmp_path: Path) -> None:
+    # Given rows of 40 KB (line-mode units), a 2 MiB bound and no row bound to speak of
+    path = tmp_path / "c.sqlite3"
+    cache = SqliteResultCache(path, max_bytes=2 << 20, purge_every=10**9)
+    value = "x" * 40_000
+    # When 200 of them (8 MB) are stored
+    for i in range(200):
+        cache.set_values({f"unit-{i}": value})
+    cache.close()
+    # Then the rows stay within the bound (purged to 90% of it, then at most an
+    # eighth of it stored before the next purge), the newest kept
+    with sqlite3.connect(path) as conn:
+        (used,) = conn.execute("SELECT SUM(LENGTH(value)) FROM results").fetchone()
+        keys = {key for (key,) in conn.execute("SELECT key FROM results")}
+    assert used <= (2 << 20) * 0.9 + (2 << 20) // 8
+    assert "unit-199" in keys
+    assert len(keys) >= 20

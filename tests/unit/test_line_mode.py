@@ -313,12 +313,11 @@ def test_line_mode_cache_answers_a_graded_file_a_unit_at_a_time(
     rows_after_cold = _cache_rows(tmp_path / "cache")
     warm = _cli_grade(source, tmp_path / "warm.jsonl", *cache)
     # Then every run writes the same verdicts, the re-grade all from the cache,
-    # and the cache holds a row per unit (5) beside one per distinct answer
+    # and the cache holds a row per unit (5), no row per rollout or answer
     assert _without_cached(cold) == _without_cached(off) == _without_cached(warm)
-    assert not any(r["cached"] for r in off)
+    assert not any(r["cached"] for r in off + cold)
     assert all(r["cached"] for r in warm)
-    distinct_answers = len({(r["canonical_pred"], r["gold"]) for r in off})
-    assert rows_after_cold <= 5 + distinct_answers
+    assert rows_after_cold == 5
     assert _cache_rows(tmp_path / "cache") == rows_after_cold
     # When one line changes, only its unit is graded again
     lines = source.read_text().splitlines(keepends=True)
@@ -353,11 +352,10 @@ def test_line_mode_cache_does_not_keep_a_unit_with_a_transient_verdict(
             (result,) = pool.run_units([unit], [10])
         assert result is not None
         runs.append([json.loads(line) for line in result[1].splitlines()])
-    # Then the second run grades it again rather than replaying it (a replayed
-    # unit is cached throughout; its neighbours may hit the answer layer)
+    # Then the second run grades it again rather than replaying it
     for graded in runs:
         assert graded[4]["status"] == "timeout"
-        assert graded[4]["cached"] is False
+        assert not any(r["cached"] for r in graded)
         assert all(r["correct"] for i, r in enumerate(graded) if i != 4)
 
 
@@ -417,3 +415,32 @@ def test_line_mode_regrade_skips_the_warm_up_and_grades_what_is_new(
     assert _without_cached(grown) == _without_cached(off)
     assert all(r["cached"] for r in grown[:2048])
     assert "sympy imported: True" in stderr
+
+
+def test_line_mode_replay_changes_only_the_verdicts_cached_field(
+    tmp_path: Path,
+) -> None:
+    # Given rows whose input already holds `cached` and `gradefleet_line` keys, at
+    # the top or nested (a graded file graded again, metadata copied from one)
+    records: list[dict[str, Any]] = [
+        {"response": f"\\boxed{{{i}}}", "gold": str(i % 3)} for i in range(200)
+    ]
+    records[5]["meta"] = {"cached": False, "gradefleet_line": 3}
+    records[70] = {"cached": "x", **records[70], "note": {"cached": False}}
+    records[71] = {**records[71], "cached": True, "gradefleet_line": 9}
+    records[140] = {"gradefleet_line": 1, **records[140], "cached": False}
+    records[141]["text"] = '"cached":false,"gradefleet_line":1}'
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    off = _cli_grade(source, tmp_path / "off.jsonl", "--no-cache")
+    _cli_grade(source, tmp_path / "cold.jsonl", *cache)
+    warm = _cli_grade(source, tmp_path / "warm.jsonl", *cache)
+    # Then a re-grade differs from a run without cache in the verdict's `cached`
+    # alone, wherever its unit was replayed or graded again
+    assert [
+        {**o, "cached": w["cached"]} for o, w in zip(off, warm, strict=True)
+    ] == warm
+    # (each of the first three units of 64 has such a row, so it is never stored;
+    # the last one, rows 193-200, is replayed)
+    assert [w["cached"] for w in warm] == [False] * 192 + [True] * 8
