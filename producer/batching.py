@@ -58,6 +58,7 @@ __all__ = [
     "dump_line_bytes",
     "expand_records",
     "grade_alternatives",
+    "graded_fields",
     "graded_record",
     "growing_chunks",
     "parse_line",
@@ -313,7 +314,11 @@ def grade_alternatives(
 
 def graded_record(row: InputRow, verdict: Verdict) -> dict[str, Any]:
     """The output object: input fields, then verdict fields (these win on clashes)."""
-    verdict_dict = verdict.to_dict()
+    return graded_fields(row, verdict.to_dict())
+
+
+def graded_fields(row: InputRow, verdict_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """`graded_record` from a verdict's `to_dict()` (as stored in the cache)."""
     record = dict(row.record)
     for name in VERDICT_FIELDS:
         record[name] = verdict_dict[name]
@@ -448,11 +453,19 @@ class Summary:
     late_lines: list[int] = field(default_factory=list)
 
     def add(self, verdict: Verdict) -> None:
+        self.count(
+            verdict.correct, verdict.format_valid, verdict.cached, verdict.status.value
+        )
+
+    def count(
+        self, correct: bool, format_valid: bool, cached: bool, status: str
+    ) -> None:
+        """`add` for a verdict's fields (as `Verdict.to_dict()` has them)."""
         self.graded += 1
-        self.correct += verdict.correct
-        self.format_valid += verdict.format_valid
-        self.cached += verdict.cached
-        self.statuses[verdict.status.value] += 1
+        self.correct += correct
+        self.format_valid += format_valid
+        self.cached += cached
+        self.statuses[status] += 1
 
     def totals(self) -> dict[str, Any]:
         """The verdict totals as JSON (a line-mode worker's, see `add_totals`)."""

@@ -245,8 +245,8 @@ class _EmbeddedGrader(GraderBase):
         deadline_s: float | None = None,
     ) -> list[Any]:
         """Line mode (`producer.lines`): each unit run whole by a pool worker, or
-        taken whole from the cache, its result dict then marked `"cached": True`
-        (a re-graded file starts no pool at all). None where a unit has no result:
+        rendered here from its rows' verdicts kept in the cache (a re-graded file
+        starts no pool at all). None where a unit has no result:
         the deadline passed first, or its worker was lost too often with no item to
         blame (grade its rows with `grade`)."""
         from workers.errors import DeadlineError
@@ -278,6 +278,7 @@ class _EmbeddedGrader(GraderBase):
     ) -> list[str] | None:
         """Fill `results` with the units the cache holds whole; their keys (None
         without a cache)."""
+        from producer.lines import replay_line_unit
         from workers.errors import CacheError
 
         if self._exact is None:
@@ -293,9 +294,8 @@ class _EmbeddedGrader(GraderBase):
             self._cache.close()  # before the pool forks (see `_known`)
         for index, key in enumerate(keys):
             if key in stored:
-                result, body = stored[key]
-                if isinstance(result, dict):
-                    results[index] = ({**result, "cached": True}, body)
+                unit, body = units[index]
+                results[index] = replay_line_unit(unit, body, stored[key])
         return keys
 
     def grade(

@@ -25,7 +25,7 @@ from producer.batching import (
     Summary,
     dump_line_bytes,
     grade_alternatives,
-    graded_record,
+    graded_fields,
     parse_line,
 )
 from producer.fields import FieldSpec
@@ -40,6 +40,7 @@ __all__ = [
     "LineUnitResult",
     "grade_line_unit",
     "line_unit",
+    "replay_line_unit",
 ]
 
 Line = tuple[int, bytes]
@@ -65,11 +66,10 @@ def line_unit(
     return meta, b"".join(raw for _no, raw in lines)
 
 
-def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
-    """Run in a pool worker: a unit's totals and malformed lines, and its output
-    lines as UTF-8."""
-    spec = FieldSpec(response=unit["spec"][0], gold=unit["spec"][1])
-    options = GradeOptions.from_dict(unit["options"])
+def _rows(
+    unit: Any, body: bytes, spec: FieldSpec
+) -> tuple[list[InputRow], list[list[Any]]]:
+    """A unit's rows, and its malformed lines as [line number, reason]."""
     rows: list[InputRow] = []
     errors: list[list[Any]] = []
     start = 0
@@ -80,6 +80,19 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
             errors.append([parsed.line_no, parsed.reason])
         elif parsed is not None:
             rows.extend(parsed)
+    return rows, errors
+
+
+def _spec(unit: Any) -> FieldSpec:
+    return FieldSpec(response=unit["spec"][0], gold=unit["spec"][1])
+
+
+def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
+    """Run in a pool worker: a unit's totals and malformed lines, and its output
+    lines as UTF-8. The result also carries, under "store", each row's final
+    verdict: what the cache keeps of the unit (see `replay_line_unit`)."""
+    options = GradeOptions.from_dict(unit["options"])
+    rows, errors = _rows(unit, body, _spec(unit))
 
     def grade_rows(todo: Sequence[InputRow], _advance: object) -> list[Any]:
         return grade([(row.response, row.gold) for row in todo], options)
@@ -87,42 +100,35 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
     verdicts = grade_alternatives(rows, grade_rows, lambda _n: None)
     summary = Summary()
     out = []
-    storable = True
+    stored = []
     for row, verdict in zip(rows, verdicts, strict=True):
-        line = dump_line_bytes(graded_record(row, verdict))
-        # Replayed from the cache, a line must say `cached`: only a line that ends
-        # with the verdict's `_FRESH` and has no other (see `_replayed`) is stored.
-        storable = (
-            storable
-            and not verdict.cached
-            and line.endswith(b"%s%d}\n" % (_FRESH, row.line_no))
-            and line.count(_FRESH) == 1
-        )
-        out.append(line)
+        fields = verdict.to_dict()
+        out.append(dump_line_bytes(graded_fields(row, fields)))
+        stored.append(fields)
         summary.add(verdict)
-    result = {"totals": summary.totals(), "errors": errors, "storable": storable}
+    result = {"totals": summary.totals(), "errors": errors, "store": stored}
     return result, b"".join(out)
 
 
-# How every output line ends (`graded_record` puts the verdict fields last, then
-# the line number, unless the input had those keys, which keep their place): in
-# JSON text these quotes can only be keys, never inside a string (escaped there).
-_FRESH = b'"cached":false,"gradefleet_line":'
-_CACHED = b'"cached":true,"gradefleet_line":'
-
-
-def _replayed(result: dict[str, Any], out: bytes) -> tuple[dict[str, Any], bytes]:
-    """A unit's stored result as a re-grade writes it: every row `cached`."""
-    totals = {**result["totals"], "cached": result["totals"]["graded"]}
-    return {**result, "totals": totals}, out.replace(_FRESH, _CACHED)
+def replay_line_unit(unit: Any, body: bytes, stored: Any) -> tuple[Any, bytes] | None:
+    """In the CLI: a unit's result from what the cache kept of it, as a worker
+    would write it with every verdict `cached`; None if it does not fit the unit."""
+    rows, errors = _rows(unit, body, _spec(unit))
+    if not isinstance(stored, list) or len(stored) != len(rows):
+        return None
+    summary = Summary()
+    out = []
+    for row, fields in zip(rows, stored, strict=True):
+        fields["cached"] = True
+        out.append(dump_line_bytes(graded_fields(row, fields)))
+        summary.count(fields["correct"], fields["format_valid"], True, fields["status"])
+    return {"totals": summary.totals(), "errors": errors}, b"".join(out)
 
 
 class LineUnitResult:
     """What a worker returned for a unit, read back in the CLI."""
 
     def __init__(self, result: Any, out: bytes) -> None:
-        if result.get("cached"):  # taken whole from the cache
-            result, out = _replayed(result, out)
         self.out = out
         self.totals: dict[str, Any] = result["totals"]
         self.errors = [

@@ -169,27 +169,23 @@ class ExactLayer:
         digest.update(body)
         return digest.hexdigest()
 
-    def lookup_units(self, keys: Sequence[str]) -> dict[str, tuple[Any, bytes]]:
-        """The stored result of each unit key found (see `store_unit`).
+    def lookup_units(self, keys: Sequence[str]) -> dict[str, Any]:
+        """What was stored for each unit key found (see `store_unit`).
 
         Raises:
             CacheError: the lookup failed.
         """
-        found: dict[str, tuple[Any, bytes]] = {}
+        found: dict[str, Any] = {}
         for key, raw in self._cache.get_values(list(dict.fromkeys(keys))).items():
             stored = _json_value(raw)
-            if isinstance(stored, dict) and isinstance(stored.get("body"), str):
-                found[key] = (stored.get("result"), stored["body"].encode("utf-8"))
+            if isinstance(stored, dict) and "unit" in stored:
+                found[key] = stored["unit"]
         return found
 
-    def store_unit(self, key: str, result: Any, body: bytes) -> None:
-        """Store a unit's result (JSON) and body (UTF-8 text) whole.
+    def store_unit(self, key: str, stored: Any) -> None:
+        """Store JSON for a unit (its rows' verdicts: the CLI renders them again).
 
         Raises:
             CacheError: the store failed.
         """
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            return  # not text: never stored, so always graded
-        self._cache.set_values({key: _json_text({"result": result, "body": text})})
+        self._cache.set_values({key: _json_text({"unit": stored})})

@@ -177,8 +177,9 @@ def _worker_loop(
                 assert config.unit_fn is not None
                 grade = _UnitGrading(message["answered"], unit_grader, inline, slot)
                 result, body = config.unit_fn(message["unit"], body, grade)
+                stored = result.pop("store", None) if isinstance(result, dict) else None
                 if exact is not None and "key" in message and grade.final:
-                    _store_unit(exact, message["key"], result, body)
+                    _store_unit(exact, message["key"], stored)
                 reply: dict[str, Any] = {"unit": result}
             else:
                 items = [GradeItem(i, r, g) for i, r, g in message["items"]]
@@ -193,12 +194,12 @@ def _worker_loop(
             cache.close()
 
 
-def _store_unit(exact: ExactLayer, key: str, result: Any, body: bytes) -> None:
-    """Store a unit's result whole when it says it may be (see `run_units`)."""
-    if not (isinstance(result, dict) and result.get("storable") is True):
+def _store_unit(exact: ExactLayer, key: str, stored: Any) -> None:
+    """Keep what a unit's result offered to store (see `run_units`)."""
+    if stored is None:
         return
     try:
-        exact.store_unit(key, result, body)
+        exact.store_unit(key, stored)
     except CacheError as exc:  # it is graded again next time
         log.warning("unit cache store failed: %s", exc)
 
@@ -605,9 +606,10 @@ class LocalPool:
         (rollouts per unit) count for `on_progress` and worker recycling. Past
         `deadline_at`, DeadlineError with the results so far (None: not arrived).
 
-        With the cache on and `keys` (`ExactLayer.unit_key` of each unit), a worker
-        stores a unit's result under its key when the result is a dict saying
-        `"storable": True` and none of its verdicts is transient.
+        A result dict may offer, under "store", JSON to keep in the cache: with the
+        cache on and `keys` (`ExactLayer.unit_key` of each unit), the worker stores
+        it under the unit's key when none of the unit's verdicts is transient. It
+        is never sent back.
         """
         if self._config.unit_fn is None:
             raise ValueError("this pool has no unit_fn")

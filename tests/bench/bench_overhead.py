@@ -256,7 +256,7 @@ def _cache_size(cache_dir: Path, n: int) -> None:
     # A row of whole verdicts (a unit of lines, as the CLI stores them, or one
     # rollout, as `Grader.grade` does) holds `extraction_method`; an answer row not.
     whole = sum('"extraction_method"' in value for (value,) in rows)
-    units = sum(value.startswith("[") for (value,) in rows)
+    units = sum(value.startswith('{"unit"') for (value,) in rows)
     size = path.stat().st_size
     print(
         f"\ncache file after the runs: {len(rows):,} rows ({units:,} units of lines, "
