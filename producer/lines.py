@@ -12,6 +12,11 @@ A unit crosses the pipe as a little JSON (line numbers and sizes, the field spec
 the options) and its raw lines as bytes, so the worker reads each line exactly as
 item mode reads it (`parse_line`), invalid UTF-8 included; the output lines come back
 as UTF-8 bytes and are written as they are.
+
+With the cache on, a worker also keeps each unit's row verdicts under a hash of the
+unit (`workers.exact_cache`); the CLI looks every unit up before it sends any, and
+renders a stored one itself (`replay_line_unit`: parse, the same `graded_fields`
+and `dump_line_bytes`, every verdict `cached`), so a re-graded file starts no pool.
 """
 
 from __future__ import annotations

@@ -7,17 +7,19 @@ verdicts by the raw texts, so a file graded before is answered without extractin
 - per rollout, (response, gold) -> verdict: for `Grader.grade` callers (the CLI
   in item mode, the service's embedded backend), looked up before the pool;
 - per unit of the CLI's line mode (`producer.lines`), a hash of the unit's lines,
-  numbers, fields and options -> its verdicts in order: one row per 64 rollouts,
-  looked up and stored by the pool worker that grades the unit.
+  numbers, fields and options -> its rows' verdicts: one row per 64 rollouts,
+  stored by the pool worker that graded the unit, looked up by the CLI, which
+  renders a stored unit from its input lines without starting the pool.
 
 Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`, 60,760
-rollouts, 2 cores, issue 11). Per rollout it cost the cold run some 15 us a rollout
-(hash, lookup, one SQLite insert each) and the file 491 bytes a rollout with the
-answer layer; per unit, 288 bytes a rollout, the cold run 0.92x of one without the
-cache (it was 0.65x with per-rollout rows in the workers), and a re-grade 2.25x the
-cold run (its fixed start-up, 0.65 s of 2.06 s, is most of what is left). Kept to
-the embedded cache: on a fleet the rows would go to the Redis that also carries the
-broker's queues.
+rollouts, 2 cores, issue 11): per rollout, a row cost the cold run some 15 us a
+rollout (hash, lookup, one SQLite insert each) and the file 491 bytes a rollout with
+the answer layer; per unit, 286 bytes a rollout and the cold run no slower than one
+without the cache, and a re-graded file is answered 3-4x faster than its cold run.
+Storing a unit's output lines instead (1 KB a rollout) made re-grades 5x but cost
+the cold run 12 us a rollout in JSON escaping and SQLite writes: not worth it. Kept
+to the embedded cache: on a fleet the rows would go to the Redis that also carries
+the broker's queues.
 """
 
 from __future__ import annotations

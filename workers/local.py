@@ -287,6 +287,24 @@ def _spawn_worker(config: _WorkerConfig) -> _Worker:
     )
 
 
+def _refuse_open_cache(cache_path: Path | None) -> None:
+    """Raise if this process has the cache file open: an SQLite connection that
+    crosses a fork breaks the workers' own (they wait "locked" for the busy
+    timeout, again and again), so it must be closed before workers are forked."""
+    if cache_path is None:
+        return
+    names = {str(cache_path.resolve()) + suffix for suffix in ("", "-wal", "-shm")}
+    with contextlib.suppress(OSError):  # no /proc: nothing to check
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # closed since listed
+                if os.readlink(f"/proc/self/fd/{fd}") in names:
+                    raise SandboxError(
+                        f"the cache file {cache_path} is open in this process; close "
+                        "its SQLite connection before grading (a connection open "
+                        "across fork leaves the pool's workers waiting on its locks)"
+                    )
+
+
 def _reaped(pid: int) -> int | None:
     """`pid`'s wait status if it has exited (0 if someone else reaped it), else None."""
     try:
@@ -696,6 +714,7 @@ class LocalPool:
             self._reap_leaving()
         if len(self._workers) < self._processes:
             warm_up_verifier()  # once per process: workers inherit a warm verifier
+            _refuse_open_cache(self._config.cache_path)
         while len(self._workers) < self._processes:
             worker = _spawn_worker(self._config)
             self._workers[worker.from_fd] = worker

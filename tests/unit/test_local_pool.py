@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tests.helpers import (
 )
 from workers import verifier
 from workers.batch import GradeItem
+from workers.errors import SandboxError
 from workers.local import LocalPool
 from workers.models import GradeOptions, Status
 
@@ -247,3 +249,28 @@ def test_local_pool_item_failing_while_prepared_is_answered_without_preparing_it
     assert verdicts[3].extracted is None
     assert verdicts[6].extracted is None
     assert all(v.correct for i, v in enumerate(verdicts) if i not in (3, 6))
+
+
+def test_local_pool_refuses_to_fork_while_the_cache_file_is_open_here(
+    tmp_path: Path,
+) -> None:
+    # Given this process holding an SQLite connection to the pool's cache file
+    cache_path = tmp_path / "cache.db"
+    conn = sqlite3.connect(cache_path)
+    conn.execute("CREATE TABLE t (x)")
+    items = [GradeItem(0, "\\boxed{1}", "1")]
+    try:
+        # Then grading fails at once, naming the file (forked workers would wait
+        # on its locks for the busy timeout, again and again)
+        started = time.monotonic()
+        with (
+            make_pool(cache_path=cache_path) as pool,
+            pytest.raises(SandboxError, match=r"cache\.db is open in this process"),
+        ):
+            pool.grade(items, OPTIONS)
+        assert time.monotonic() - started < 10
+    finally:
+        conn.close()
+    # and once it is closed, the pool grades
+    with make_pool(cache_path=cache_path, grade_fn=None) as pool:
+        assert pool.grade(items, OPTIONS)[0].correct
