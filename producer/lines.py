@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from producer.batching import (
+    VERDICT_FIELDS,
     InputRow,
     LineError,
     Summary,
@@ -34,7 +35,7 @@ from producer.batching import (
     parse_line,
 )
 from producer.fields import FieldSpec
-from workers.models import GradeOptions
+from workers.models import STATUS_BY_VALUE, GradeOptions
 
 if TYPE_CHECKING:  # not imported at run time: it pulls in the verifier
     from workers.local import GradePairs
@@ -109,25 +110,46 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
     for row, verdict in zip(rows, verdicts, strict=True):
         fields = verdict.to_dict()
         out.append(dump_line_bytes(graded_fields(row, fields)))
-        stored.append(fields)
+        stored.append([fields[name] for name in _STORED_FIELDS])
         summary.add(verdict)
-    result = {"totals": summary.totals(), "errors": errors, "store": stored}
+    keep = {"fields": _STORED_FIELDS, "rows": stored}
+    result = {"totals": summary.totals(), "errors": errors, "store": keep}
     return result, b"".join(out)
+
+
+# What the cache keeps of each row's verdict: what its output line shows, but
+# `cached` (true when replayed), as a list (names once a unit, not once a row).
+_STORED_FIELDS = [name for name in VERDICT_FIELDS if name != "cached"]
+_STATUS_AT = _STORED_FIELDS.index("status")
 
 
 def replay_line_unit(unit: Any, body: bytes, stored: Any) -> tuple[Any, bytes] | None:
     """In the CLI: a unit's result from what the cache kept of it, as a worker
     would write it with every verdict `cached`; None if it does not fit the unit."""
     rows, errors = _rows(unit, body, _spec(unit))
-    if not isinstance(stored, list) or len(stored) != len(rows):
-        return None
+    if not (
+        isinstance(stored, dict)
+        and stored.get("fields") == _STORED_FIELDS
+        and isinstance(stored.get("rows"), list)
+        and len(stored["rows"]) == len(rows)
+        and all(_is_stored_row(values) for values in stored["rows"])
+    ):
+        return None  # not what this code stores: graded again
     summary = Summary()
     out = []
-    for row, fields in zip(rows, stored, strict=True):
-        fields["cached"] = True
+    for row, values in zip(rows, stored["rows"], strict=True):
+        fields = dict(zip(_STORED_FIELDS, values, strict=True), cached=True)
         out.append(dump_line_bytes(graded_fields(row, fields)))
         summary.count(fields["correct"], fields["format_valid"], True, fields["status"])
     return {"totals": summary.totals(), "errors": errors}, b"".join(out)
+
+
+def _is_stored_row(values: Any) -> bool:
+    return (
+        isinstance(values, list)
+        and len(values) == len(_STORED_FIELDS)
+        and values[_STATUS_AT] in STATUS_BY_VALUE
+    )
 
 
 class LineUnitResult:

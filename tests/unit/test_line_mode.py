@@ -328,6 +328,14 @@ def test_line_mode_cache_answers_a_graded_file_a_unit_at_a_time(
     assert 100 in fresh
     assert all(64 <= i < 128 for i in fresh)
     assert edited[100]["correct"] is True
+    # When the cache's rows are not what this code stores (another layout, damage),
+    # the units are graded again, not misread
+    (path,) = (tmp_path / "cache").iterdir()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("""UPDATE results SET value = '{"unit": {"rows": []}}'""")
+    damaged = _cli_grade(source, tmp_path / "damaged.jsonl", *cache)
+    assert _without_cached(damaged) == _without_cached(edited)
+    assert not any(r["cached"] for r in damaged)
 
 
 def _without_cached(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
