@@ -201,7 +201,7 @@ class SqliteResultCache:
     Bounded by age and size, as it runs: after every `purge_every` rows it stores
     (or an eighth of `max_bytes`), a process deletes the expired rows and, past
     `max_rows` rows or `max_bytes` of pages, the oldest ones (an answer row is about
-    470 bytes, a line-mode unit's some 45 KB; the default bound is 2 GiB of disk).
+    470 bytes, a line-mode unit's some 8 KB; the default bound is 2 GiB of disk).
 
     With `write_behind_rows` > 1, stored rows are held in memory (and found by
     lookups) until that many are pending, then written in one transaction: a commit
@@ -321,7 +321,7 @@ class SqliteResultCache:
 
     def purge(self) -> int:
         """Delete expired rows, then the oldest beyond `max_rows` or beyond what
-        fits in `max_bytes` (a unit of the CLI's line mode is one row of some 45 KB:
+        fits in `max_bytes` (a unit of the CLI's line mode is one row of some 8 KB:
         rows alone would not bound the file); returns how many."""
         self._stored_since_purge = self._bytes_since_purge = 0
         deleted = self.purge_expired()
