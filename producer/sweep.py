@@ -42,9 +42,9 @@ from producer.lines import LineGrader
 from producer.overlap import BehindWriter, read_ahead
 from producer.signals import raise_if_stopped
 from workers.models import (
-    TRANSIENT_STATUSES,
     Status,
     Verdict,
+    is_final,
     ungraded_verdict,
 )
 from workers.sizing import CHUNK_ROWS, CHUNK_ROWS_GROWTH, FIRST_CHUNK_ROWS
@@ -151,7 +151,7 @@ def load_resumable(
             texts = resolve_samples(record, spec).texts
         except (KeyError, ValueError):  # FieldError is a ValueError
             continue
-        if verdict.status in TRANSIENT_STATUSES or not verdict.grader_version:
+        if not is_final(verdict):
             continue
         kept[_row_key(line_no, record)] = (texts[0], verdict.replace(cached=True))
     return kept

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from workers.cache import SqliteResultCache
-from workers.models import TRANSIENT_STATUSES, GradeOptions, Verdict
+from workers.models import GradeOptions, Verdict, is_final
 
 __all__ = ["ExactLayer", "exact_keyer"]
 
@@ -64,12 +64,6 @@ def exact_keyer(
     return key_of
 
 
-def _fields(verdict: Verdict) -> dict[str, Any]:
-    fields = verdict.to_dict()
-    del fields["cached"]
-    return fields
-
-
 def _json_text(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()
@@ -78,7 +72,9 @@ def _json_text(value: Any) -> str:
 
 
 def _stored(verdict: Verdict) -> str:
-    return _json_text(_fields(verdict))
+    fields = verdict.to_dict()
+    del fields["cached"]
+    return _json_text(fields)
 
 
 def _json_value(raw: str) -> Any:
@@ -93,10 +89,7 @@ def _json_value(raw: str) -> Any:
 
 def _verdict(raw: str) -> Verdict | None:
     """The verdict of a stored value (cached=True); None when malformed or transient."""
-    return _verdict_of(_json_value(raw))
-
-
-def _verdict_of(fields: Any) -> Verdict | None:
+    fields = _json_value(raw)
     if not isinstance(fields, dict):
         return None
     fields["cached"] = True
@@ -104,9 +97,7 @@ def _verdict_of(fields: Any) -> Verdict | None:
         verdict = Verdict.from_dict(fields)
     except (KeyError, TypeError, ValueError):
         return None
-    if verdict.status in TRANSIENT_STATUSES or not verdict.grader_version:
-        return None
-    return verdict
+    return verdict if is_final(verdict) else None
 
 
 class ExactLayer:
@@ -156,7 +147,7 @@ class ExactLayer:
         values = {
             key_of(response, gold): _stored(verdict)
             for (response, gold), verdict in zip(pairs, verdicts, strict=True)
-            if verdict.status not in TRANSIENT_STATUSES and verdict.grader_version
+            if is_final(verdict)
         }
         if values:
             self._cache.set_values(values)

@@ -66,11 +66,11 @@ from workers.inline import (
     Step,
 )
 from workers.models import (
-    TRANSIENT_STATUSES,
     GradeOptions,
     RolloutLike,
     Status,
     Verdict,
+    is_final,
 )
 from workers.sandbox import GradeFn, warm_up_verifier
 from workers.sandbox_child import death_status
@@ -255,10 +255,7 @@ class _UnitGrading:
             self._slot.idle()
         done = [verdict for verdict in verdicts if verdict is not None]
         assert len(done) == len(pairs)
-        self.final = self.final and not any(
-            verdict.status in TRANSIENT_STATUSES or not verdict.grader_version
-            for verdict in done
-        )
+        self.final = self.final and all(is_final(verdict) for verdict in done)
         return done
 
 

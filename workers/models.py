@@ -202,6 +202,12 @@ ANSWER_FIELDS = tuple(
 )
 
 
+def is_final(verdict: Verdict) -> bool:
+    """Whether a later run may take `verdict` as it is (the cache, `--resume`): a
+    status that depends on neither load nor our bugs, from a named grader version."""
+    return verdict.status not in TRANSIENT_STATUSES and bool(verdict.grader_version)
+
+
 def ungraded_verdict(status: Status, reason: str, grader_version: str = "") -> Verdict:
     """A verdict for a rollout that has no grading of its own to show (a deadline's
     stand-in, a backend failure, an item that failed while being prepared): no
