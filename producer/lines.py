@@ -21,7 +21,7 @@ and `dump_line_bytes`, every verdict `cached`), so a re-graded file starts no po
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from producer.batching import (
@@ -46,6 +46,7 @@ __all__ = [
     "LineUnitResult",
     "grade_line_unit",
     "line_unit",
+    "parse_lines",
     "replay_line_unit",
 ]
 
@@ -72,25 +73,51 @@ def line_unit(
     return meta, b"".join(raw for _no, raw in lines)
 
 
-def _rows(
-    unit: Any, body: bytes, spec: FieldSpec
-) -> tuple[list[InputRow], list[list[Any]]]:
-    """A unit's rows, and its malformed lines as [line number, reason]."""
+def parse_lines(
+    lines: Iterable[Line], spec: FieldSpec
+) -> tuple[list[InputRow], list[LineError]]:
+    """The rows of raw lines, as item mode reads them, and the malformed lines."""
     rows: list[InputRow] = []
-    errors: list[list[Any]] = []
-    start = 0
-    for line_no, size in zip(unit["numbers"], unit["sizes"], strict=True):
-        parsed = parse_line(body[start : start + size], line_no, spec)
-        start += size
+    errors: list[LineError] = []
+    for line_no, raw in lines:
+        parsed = parse_line(raw, line_no, spec)
         if isinstance(parsed, LineError):
-            errors.append([parsed.line_no, parsed.reason])
+            errors.append(parsed)
         elif parsed is not None:
             rows.extend(parsed)
     return rows, errors
 
 
-def _spec(unit: Any) -> FieldSpec:
-    return FieldSpec(response=unit["spec"][0], gold=unit["spec"][1])
+def _unit_rows(unit: Any, body: bytes) -> tuple[list[InputRow], list[list[Any]]]:
+    """A unit's rows, and its malformed lines as [line number, reason] (JSON)."""
+    spec = FieldSpec(response=unit["spec"][0], gold=unit["spec"][1])
+    rows, errors = parse_lines(_unit_lines(unit, body), spec)
+    return rows, [[error.line_no, error.reason] for error in errors]
+
+
+def _unit_lines(unit: Any, body: bytes) -> Iterator[Line]:
+    start = 0
+    for line_no, size in zip(unit["numbers"], unit["sizes"], strict=True):
+        yield line_no, body[start : start + size]
+        start += size
+
+
+def _render(
+    rows: Sequence[InputRow], verdicts: Iterable[dict[str, Any]]
+) -> tuple[dict[str, Any], bytes]:
+    """The output lines of rows with their verdicts (`Verdict.to_dict()`s), and
+    their totals."""
+    summary = Summary()
+    out = []
+    for row, fields in zip(rows, verdicts, strict=True):
+        out.append(dump_line_bytes(graded_fields(row, fields)))
+        summary.count(
+            fields["correct"],
+            fields["format_valid"],
+            fields["cached"],
+            fields["status"],
+        )
+    return summary.totals(), b"".join(out)
 
 
 def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
@@ -98,23 +125,17 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
     lines as UTF-8. The result also carries, under "store", each row's final
     verdict: what the cache keeps of the unit (see `replay_line_unit`)."""
     options = GradeOptions.from_dict(unit["options"])
-    rows, errors = _rows(unit, body, _spec(unit))
+    rows, errors = _unit_rows(unit, body)
 
     def grade_rows(todo: Sequence[InputRow], _advance: object) -> list[Any]:
         return grade([(row.response, row.gold) for row in todo], options)
 
     verdicts = grade_alternatives(rows, grade_rows, lambda _n: None)
-    summary = Summary()
-    out = []
-    stored = []
-    for row, verdict in zip(rows, verdicts, strict=True):
-        fields = verdict.to_dict()
-        out.append(dump_line_bytes(graded_fields(row, fields)))
-        stored.append([fields[name] for name in _STORED_FIELDS])
-        summary.add(verdict)
+    fields = [verdict.to_dict() for verdict in verdicts]
+    totals, out = _render(rows, fields)
+    stored = [[each[name] for name in _STORED_FIELDS] for each in fields]
     keep = {"fields": _STORED_FIELDS, "rows": stored}
-    result = {"totals": summary.totals(), "errors": errors, "store": keep}
-    return result, b"".join(out)
+    return {"totals": totals, "errors": errors, "store": keep}, out
 
 
 # What the cache keeps of each row's verdict: what its output line shows, but
@@ -126,7 +147,7 @@ _STATUS_AT = _STORED_FIELDS.index("status")
 def replay_line_unit(unit: Any, body: bytes, stored: Any) -> tuple[Any, bytes] | None:
     """In the CLI: a unit's result from what the cache kept of it, as a worker
     would write it with every verdict `cached`; None if it does not fit the unit."""
-    rows, errors = _rows(unit, body, _spec(unit))
+    rows, errors = _unit_rows(unit, body)
     if not (
         isinstance(stored, dict)
         and stored.get("fields") == _STORED_FIELDS
@@ -135,13 +156,12 @@ def replay_line_unit(unit: Any, body: bytes, stored: Any) -> tuple[Any, bytes] |
         and all(_is_stored_row(values) for values in stored["rows"])
     ):
         return None  # not what this code stores: graded again
-    summary = Summary()
-    out = []
-    for row, values in zip(rows, stored["rows"], strict=True):
-        fields = dict(zip(_STORED_FIELDS, values, strict=True), cached=True)
-        out.append(dump_line_bytes(graded_fields(row, fields)))
-        summary.count(fields["correct"], fields["format_valid"], True, fields["status"])
-    return {"totals": summary.totals(), "errors": errors}, b"".join(out)
+    verdicts = (
+        dict(zip(_STORED_FIELDS, values, strict=True), cached=True)
+        for values in stored["rows"]
+    )
+    totals, out = _render(rows, verdicts)
+    return {"totals": totals, "errors": errors}, out
 
 
 def _is_stored_row(values: Any) -> bool:

@@ -26,7 +26,6 @@ from producer.batching import (
     grade_alternatives,
     graded_record,
     growing_chunks,
-    parse_line,
 )
 from producer.errors import DeadlinePassedError, InputFormatError
 from producer.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
@@ -38,7 +37,7 @@ from producer.formats import (
     jsonl_lines,
     open_output,
 )
-from producer.lines import LineGrader
+from producer.lines import LineGrader, parse_lines
 from producer.overlap import BehindWriter, read_ahead
 from producer.signals import raise_if_stopped
 from workers.models import (
@@ -283,7 +282,8 @@ def _grade_line_chunk(
     lines = [item for item in chunk if not isinstance(item, LineError)]
     for unit, result in grade_lines(lines, advance) if lines else []:
         if result is None:  # no worker could run it: as rows, here
-            rows = _parse_lines(unit, spec, bad)
+            rows, unit_bad = parse_lines(unit, spec)
+            bad += unit_bad
             write((rows, grade_alternatives(rows, grade_rows, lambda _n: None), 0))
             advance(len(unit))
             continue
@@ -291,20 +291,6 @@ def _grade_line_chunk(
         summary.add_totals(result.totals)
         bad += result.errors
     return bad
-
-
-def _parse_lines(
-    lines: Sequence[tuple[int, bytes]], spec: FieldSpec, bad: list[LineError]
-) -> list[InputRow]:
-    """The rows of raw lines (as item mode reads them); errors go to `bad`."""
-    rows: list[InputRow] = []
-    for line_no, raw in lines:
-        parsed = parse_line(raw, line_no, spec)
-        if isinstance(parsed, LineError):
-            bad.append(parsed)
-        elif parsed is not None:
-            rows.extend(parsed)
-    return rows
 
 
 def _finish(summary: Summary, errors: _ErrorReport, late_lines: list[int]) -> Summary:
