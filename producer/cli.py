@@ -111,6 +111,8 @@ class _ChunkGrader:
         self._watch = watch
         self.refused: BrokerRefusedError | None = None
         self._frozen = False
+        # Line mode, on the embedded pool only (`producer.lines`).
+        self.run_units = line_runner(grader)
 
     def __call__(
         self, rows: Sequence[InputRow], on_progress: Progress
@@ -139,11 +141,12 @@ class _ChunkGrader:
         """Line mode (`producer.lines`) on the embedded pool, in what is left of
         --deadline-s: a result per unit, None where none arrived in time."""
         left_s = self._deadline_s - (time.monotonic() - self._started_s)
-        run_units = line_runner(self._grader)
-        if left_s <= 0 or run_units is None:
+        if left_s <= 0 or self.run_units is None:
             return [None] * len(units)
         try:
-            return run_units(units, weights, on_progress=on_progress, deadline_s=left_s)
+            return self.run_units(
+                units, weights, on_progress=on_progress, deadline_s=left_s
+            )
         finally:
             self._freeze_once()
 
@@ -323,7 +326,7 @@ def grade(
         show_progress = not quiet and sys.stderr.isatty()
         grade_rows = _ChunkGrader(grader, settings.deadline_s, watch)
         grade_lines = None
-        if line_runner(grader) is not None:
+        if grade_rows.run_units is not None:
             grade_lines = LineGrader(grade_rows.units, spec, options)
         summary = grade_file(
             input_path,

@@ -51,11 +51,15 @@ _STDLIB_MARK = b" "
 
 
 def encode_frame(obj: Any) -> bytes:
-    try:
-        payload = orjson.dumps(obj)
-    except TypeError:  # orjson.JSONEncodeError is a TypeError
-        payload = _STDLIB_MARK + _ASCII_JSON.encode(obj).encode("ascii")
+    payload = _encode(obj)
     return _HEADER.pack(len(payload)) + payload
+
+
+def _encode(obj: Any) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return _STDLIB_MARK + _ASCII_JSON.encode(obj).encode("ascii")
 
 
 def _decode(payload: bytes) -> Any:
@@ -103,7 +107,7 @@ _BODY_HEADER = struct.Struct("!II")
 
 def write_body_frame(fd: int, obj: Any, body: bytes = b"") -> None:
     """One frame of JSON `obj` and raw `body` (see `read_body_frame`)."""
-    payload = encode_frame(obj)[_HEADER.size :]
+    payload = _encode(obj)
     write_all(fd, _BODY_HEADER.pack(len(payload), len(body)) + payload + body)
 
 

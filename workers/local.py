@@ -186,9 +186,10 @@ def _worker_loop(
                 options = GradeOptions.from_dict(message["options"])
                 results = grader.grade(items, options)
                 reply = {"results": [[i, v.to_dict()] for i, v in results]}
+                body = b""  # verdicts go in the JSON
             slot.idle()
             reply["batch"] = message["batch"]
-            write_body_frame(from_fd, reply, body if "unit" in message else b"")
+            write_body_frame(from_fd, reply, body)
     finally:
         if cache is not None:
             cache.close()
@@ -370,7 +371,6 @@ def _check_deadline(deadline_at: float | None, job: _Job) -> None:
 class _Job:
     """One `grade()` or `run_units()` call: its batches and what is pending."""
 
-    options: GradeOptions
     pending: deque[int]
     attempts: list[int]
     batches_left: int
@@ -409,6 +409,7 @@ class _Job:
 class _ItemJob(_Job):
     """Rollouts graded in batches of ranges of `items`."""
 
+    options: GradeOptions
     items: Sequence[RolloutLike]
     batches: list[range]
     verdicts: list[Verdict | None]
@@ -631,7 +632,6 @@ class LocalPool:
         if len(weights) != len(units):
             raise ValueError("one weight per unit")
         job = _UnitJob(
-            options=GradeOptions(),
             units=units,
             weights=weights,
             results=[None] * len(units),
