@@ -84,6 +84,7 @@ class Bench:
             count,
             item_timeout_s=self.item_timeout_s,
             cache_url=self.cache_url,
+            test_hooks=True,  # the hostile step sends a HANG answer
         )
         for client in self._clients.values():  # every new worker gets warm too
             self._warm_up(client)

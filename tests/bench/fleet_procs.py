@@ -113,12 +113,20 @@ def start_workers(
     item_timeout_s: float = 5.0,
     cache_url: str | None = None,
     log_dir: Path | None = None,
+    test_hooks: bool = False,
 ) -> list[Worker]:
-    """Start `count` worker nodes (concurrency 1 each); wait until all are ready."""
+    """Start `count` worker nodes (concurrency 1 each); wait until all are ready.
+
+    `test_hooks`: load tests/hooks.py (the magic answers that hang, bloat or abort).
+    Off unless a bench sends those answers: with it, the sandbox child decides each
+    item with `hooked_grade` (the whole `grade()`, extraction again) instead of from
+    what it prepared, which is not what a production worker runs.
+    """
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="gf-bench-"))
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    hooks = str(REPO_ROOT / "tests" / "hooks.py")
-    env = {**os.environ, "GRADEFLEET_TEST_HOOKS": hooks, "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONPATH": path}
+    if test_hooks:
+        env["GRADEFLEET_TEST_HOOKS"] = str(REPO_ROOT / "tests" / "hooks.py")
     if cache_url is not None:
         env["GRADEFLEET_CACHE_URL"] = cache_url
     started = []
