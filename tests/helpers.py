@@ -28,6 +28,8 @@ DATA_DIR = REPO_ROOT / "tests" / "data"
 QWEN_FILE = DATA_DIR / "qwen25math_math_cot_100.jsonl"
 GSM8K_FILE = DATA_DIR / "gsm8k_example_model_solutions.jsonl"
 MIB = 1 << 20
+# What the "keep" response leaves allocated in the grading process.
+KEPT_BYTES = 100 * MIB
 
 
 def free_port() -> int:
@@ -74,6 +76,15 @@ def _alloc_slowly() -> None:
         blobs.append(b"x" * (8 * MIB))
 
 
+_KEPT: list[bytearray] = []
+
+
+def _keep() -> None:
+    # Stays allocated after the item (as a heap the allocator never handed back):
+    # bytearray() zero-fills, so the pages count in the process's RSS.
+    _KEPT.append(bytearray(KEPT_BYTES))
+
+
 def _raise() -> None:
     raise KeyError("grader bug")
 
@@ -109,6 +120,7 @@ _MISBEHAVIOURS = {
     "abort": os.abort,
     "segv": lambda: os.kill(os.getpid(), signal.SIGSEGV),
     "raise": _raise,
+    "keep": _keep,
 }
 _PREFIXED = {"sleep-then-mark": _mark_then_hang, "once": _hang_once}
 

@@ -78,6 +78,7 @@ from workers.sizing import (
     CACHE_WRITE_BEHIND_ROWS,
     LOCAL_BATCH_SIZE,
     RECYCLE_AFTER_ITEMS,
+    RECYCLE_GROWN_SHARE,
 )
 from workers.verdicts import (
     MEMORY_ERROR_REASON,
@@ -138,9 +139,11 @@ class _Worker:
     slot: ProgressSlot
     statm_fd: int
     rss_cap_bytes: int
+    recycle_rss_bytes: int  # grown past this (after a batch): replaced when idle
     batches: deque[tuple[int, list[int]]] = field(default_factory=deque)  # oldest 1st
     deadline: float = 0.0
     items_sent: int = 0
+    retiring: bool = False  # no more batches: replaced once its last is answered
     # Why this process killed it (status, reason), for the item in its slot; and
     # for a deadline, the (batch, position) seen overrunning it.
     killed_for: tuple[Status, str] | None = None
@@ -270,7 +273,7 @@ def _worker_main(
 
 def _spawn_worker(config: _WorkerConfig) -> _Worker:
     slot = ProgressSlot()
-    rss_cap_bytes = self_size_bytes()[1] + config.item_memory_bytes
+    rss_bytes = self_size_bytes()[1]
     pid, to_fd, from_fd = fork_child(lambda r, w: _worker_main(r, w, config, slot))
     with contextlib.suppress(OSError):  # above pipe-max-size: the default stays
         fcntl.fcntl(to_fd, fcntl.F_SETPIPE_SZ, _REQUEST_PIPE_BYTES)
@@ -281,7 +284,9 @@ def _spawn_worker(config: _WorkerConfig) -> _Worker:
         from_fd=from_fd,
         slot=slot,
         statm_fd=statm_fd,
-        rss_cap_bytes=rss_cap_bytes,
+        rss_cap_bytes=rss_bytes + config.item_memory_bytes,
+        recycle_rss_bytes=rss_bytes
+        + int(config.item_memory_bytes * RECYCLE_GROWN_SHARE),
     )
 
 
@@ -522,7 +527,8 @@ class LocalPool:
         cache_path: SQLite cache file shared by the workers; None for no cache.
         batch_size: items per batch handed to one worker.
         recycle_after_items: a worker is replaced by a fresh one after this many
-            items, as the fleet's sandbox children.
+            items, or sooner once its RSS has grown `RECYCLE_GROWN_SHARE` of the
+            cap, as the fleet's sandbox children.
         grade_fn: the function the workers decide with (default the verifier).
         unit_fn: what the workers run for `run_units` (see `UnitFn`).
         max_attempts: a batch whose worker process dies for no reason found in its
@@ -701,7 +707,9 @@ class LocalPool:
     def _dispatch(self, job: _Job) -> None:
         recycle_after = self._config.recycle_after_items
         for worker in list(self._workers.values()):
-            if worker.items_sent >= recycle_after and not worker.batches:
+            if worker.items_sent >= recycle_after:
+                worker.retiring = True
+            if worker.retiring and not worker.batches:
                 # Its last batch is answered: EOF lets it write its cache rows out
                 # and exit, reaped later (a fresh worker takes its place now).
                 del self._workers[worker.from_fd]
@@ -719,6 +727,7 @@ class LocalPool:
             while (
                 len(worker.batches) < _WORKER_BATCHES
                 and worker.items_sent < recycle_after
+                and not worker.retiring
                 and job.pending
             ):
                 if not self._send(worker, job, job.pending.popleft()):
@@ -796,6 +805,8 @@ class LocalPool:
         worker.batches.popleft()
         job.accept(batch_id, reply, body)
         job.batches_left -= 1
+        if worker.rss_bytes() > worker.recycle_rss_bytes:
+            worker.retiring = True
 
     def _worker_lost(self, worker: _Worker, job: _Job) -> None:
         """A worker died, was killed for its item, or overran the backstop.

@@ -191,7 +191,8 @@ class Sandbox:
     Args:
         item_timeout_s: wall-clock deadline per item.
         item_memory_bytes: memory an item may use above the child's warm baseline.
-        recycle_after_items: replace the child after this many graded items.
+        recycle_after_items: replace the child after this many graded items, or
+            sooner once its RSS has grown `RECYCLE_GROWN_SHARE` of the cap.
         on_restart: called with "timeout", "memory", "crash" or "recycle" whenever
             a child is replaced.
         grade_fn: run in the child instead of the verifier's decision (tests inject
@@ -393,7 +394,10 @@ class Sandbox:
             return run.unanswered(), False
         if not self._decide_step(child, run, wanted):
             return run.unanswered(), False
-        if child.items_done >= self._recycle_after:
+        if (
+            child.items_done >= self._recycle_after
+            or child.rss_bytes() > child.recycle_rss_bytes
+        ):
             self._replace_child("recycle")
         return [], False
 

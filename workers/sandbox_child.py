@@ -25,6 +25,7 @@ from workers.childproc import (
     write_frame,
 )
 from workers.models import GradeOptions, Status, Verdict
+from workers.sizing import RECYCLE_GROWN_SHARE
 
 __all__ = ["ChildProcess", "GradeFn", "death_status", "decide_item", "spawn_child"]
 
@@ -139,6 +140,7 @@ class ChildProcess:
     resp_fd: int
     statm_fd: int
     rss_cap_bytes: int
+    recycle_rss_bytes: int  # grown past this (after a chunk): replaced
     poller: Any
     buffer: FrameBuffer = field(default_factory=FrameBuffer)
     items_done: int = 0
@@ -196,6 +198,7 @@ def spawn_child(
         resp_fd=resp_fd,
         statm_fd=statm_fd,
         rss_cap_bytes=rss_bytes + item_memory_bytes,
+        recycle_rss_bytes=rss_bytes + int(item_memory_bytes * RECYCLE_GROWN_SHARE),
         poller=poller,
     )
 

@@ -274,3 +274,17 @@ def test_local_pool_refuses_to_fork_while_the_cache_file_is_open_here(
     # and once it is closed, the pool grades
     with make_pool(cache_path=cache_path, grade_fn=None) as pool:
         assert pool.grade(items, OPTIONS)[0].correct
+
+
+def test_local_pool_replaces_a_worker_whose_heap_grew_a_quarter_of_the_cap() -> None:
+    # "keep" leaves 100 MiB allocated in the worker: past a quarter of a 256 MiB
+    # cap, a fresh worker takes the next batch; below a quarter (1 GiB), none does.
+    for cap_mib, replaced in ((256, True), (1024, False)):
+        with make_pool(processes=1, item_memory_bytes=cap_mib * MIB) as pool:
+            pool.grade([GradeItem(0, "\\boxed{1}", "1")], OPTIONS)
+            first = pool.worker_pids
+            kept = pool.grade([GradeItem(0, "keep", "1")], OPTIONS)
+            after = pool.grade([GradeItem(0, "\\boxed{2}", "2")], OPTIONS)
+            assert kept[0] == verifier.grade("keep", "1", options=OPTIONS)
+            assert after[0].correct
+            assert (pool.worker_pids != first) is replaced

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from workers import verifier
 from workers.models import GradeOptions, Status, Verdict
+from tests.helpers import hostile_grade
 from workers.sandbox import Sandbox
 
 OPTIONS = GradeOptions()
@@ -123,6 +124,7 @@ def test_sandbox_child_killed_between_items_is_replaced_silently() -> None:
 PARENT_SCRIPT = """
 import sys, time
 from workers.models import GradeOptions
+from tests.helpers import hostile_grade
 from workers.sandbox import Sandbox
 sandbox = Sandbox(item_timeout_s=5.0, item_memory_bytes=256 << 20)
 sandbox.grade("\\\\boxed{1}", "1", GradeOptions())
@@ -156,6 +158,7 @@ PROBE_SCRIPT = """
 import sys
 from workers import verifier
 from workers.models import GradeOptions
+from tests.helpers import hostile_grade
 from workers.sandbox import Sandbox
 
 def probe(response, gold, *, options=None):
@@ -182,3 +185,25 @@ def test_sandbox_children_start_with_the_verifier_warm() -> None:
 
     assert child_had_sympy("warm") == "True"
     assert child_had_sympy("cold") == "False"
+
+
+def test_sandbox_replaces_a_child_whose_heap_grew_a_quarter_of_the_cap() -> None:
+    # "keep" leaves 100 MiB allocated in the child: past a quarter of a 256 MiB
+    # cap, the child is replaced after its chunk though far from its item count;
+    # below a quarter (a 1 GiB cap), it stays.
+    for cap_mib, replaced in ((256, True), (1024, False)):
+        restarts: list[str] = []
+        with Sandbox(
+            item_timeout_s=5.0,
+            item_memory_bytes=cap_mib * MIB,
+            on_restart=restarts.append,
+            grade_fn=hostile_grade,
+        ) as sandbox:
+            sandbox.grade("\\boxed{1}", "1", OPTIONS)
+            first = sandbox.child_pid
+            kept = sandbox.grade("keep", "1", OPTIONS)
+            after = sandbox.grade("\\boxed{2}", "2", OPTIONS)
+            assert kept == verifier.grade("keep", "1", options=OPTIONS)
+            assert after.correct
+            assert (sandbox.child_pid != first) is replaced
+        assert restarts == (["recycle"] if replaced else [])
