@@ -10,9 +10,9 @@ import threading
 import time
 from pathlib import Path
 
+from tests.helpers import hostile_grade
 from workers import verifier
 from workers.models import GradeOptions, Status, Verdict
-from tests.helpers import hostile_grade
 from workers.sandbox import Sandbox
 
 OPTIONS = GradeOptions()
