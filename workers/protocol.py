@@ -152,12 +152,12 @@ def _result_items(results: Sequence[tuple[int, Verdict]]) -> list[WireResultItem
 
 
 def _result_mac_parts(
-    job_id: str, batch_id: str, digest: str, items: object
+    job_id: str, batch_id: str, digest: str, items_text: str
 ) -> tuple[str, str, str, str]:
-    # The verdicts as `json.dumps` writes them: the producer re-encodes what it
-    # parsed, which gives the same text (keys keep their order, values are str,
-    # bool, int or None).
-    return (job_id, batch_id, digest, json.dumps(items))
+    # `items_text`: the verdicts as `json.dumps` writes them. The producer re-encodes
+    # what it parsed, which gives the same text (keys keep their order, values are
+    # str, bool, int or None).
+    return (job_id, batch_id, digest, items_text)
 
 
 def result_to_wire(
@@ -178,7 +178,8 @@ def result_to_wire(
     if items_digest is not None:
         wire["items_digest"] = items_digest
         if keyring is not None:
-            parts = _result_mac_parts(job_id, batch_id, items_digest, wire["results"])
+            items_text = json.dumps(wire["results"])
+            parts = _result_mac_parts(job_id, batch_id, items_digest, items_text)
             wire["mac"] = keyring.sign("result", *parts)
     return wire
 
@@ -191,15 +192,17 @@ def result_json(
     items_digest: str | None = None,
     keyring: Keyring | None = None,
 ) -> str:
-    """`result_to_wire` as JSON text (one encoder pass over the whole batch)."""
-    wire = result_to_wire(
-        job_id=job_id,
-        batch_id=batch_id,
-        results=results,
-        items_digest=items_digest,
-        keyring=keyring,
-    )
-    return json.dumps(wire)
+    """`json.dumps(result_to_wire(...))`, with the verdicts encoded once: their
+    text is both signed and stored (it was encoded for each: ~2.5 us a rollout)."""
+    items_text = json.dumps(_result_items(results))
+    fields = {"schema": SCHEMA_VERSION, "job_id": job_id, "batch_id": batch_id}
+    text = json.dumps(fields)[:-1] + f', "results": {items_text}'
+    if items_digest is not None:
+        text += f', "items_digest": {json.dumps(items_digest)}'
+        if keyring is not None:
+            parts = _result_mac_parts(job_id, batch_id, items_digest, items_text)
+            text += f', "mac": {json.dumps(keyring.sign("result", *parts))}'
+    return text + "}"
 
 
 def result_rejection(
@@ -227,7 +230,8 @@ def result_rejection(
         return None
     if not isinstance(digest, str) or digest != items_digest:
         return "result names no items digest"
-    parts = _result_mac_parts(job_id, batch_id, digest, data.get("results"))
+    items_text = json.dumps(data.get("results"))
+    parts = _result_mac_parts(job_id, batch_id, digest, items_text)
     if not keyring.verify(data.get("mac"), "result", *parts):
         return "result MAC does not verify"
     return None

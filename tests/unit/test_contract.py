@@ -120,6 +120,27 @@ def test_contract_attach_items_rejects_bad_payloads(payload, message):
         attach_items(detached, payload)
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'[{"index": 0, "response": "\\boxed{1}", "gold": "1"}]',
+        b'[{"index": 0, "response": "\\ud800 lone", "gold": "\\udfff"}]',
+        b'[{"index": 123456789012345678901234567890, "response": "r", "gold": "g"}]',
+        b'[{"index": 0, "response": "r", "gold": "g", "extra": NaN}]',
+        b'[{"index": 1.0, "response": "r", "gold": "g"}]',
+        b'[{"index": 0, "response": "a", "response": "b", "gold": "g"}]',
+        b'{"index": 0}',
+        b"[1, 2]",
+    ],
+)
+def test_contract_attach_items_reads_what_json_loads_reads(payload):
+    # orjson reads most payloads; those it reads otherwise (NaN, lone surrogates,
+    # integers beyond 64 bits) must still come out as the stdlib reads them.
+    detached, _ = detach_items(_wire())
+    attached = attach_items(detached, payload)
+    assert repr(attached["items"]) == repr(json.loads(payload))
+
+
 def test_contract_attached_items_are_validated_like_inline_ones():
     detached, _ = detach_items(_wire())
     bad = json.dumps([{"index": -1, "response": "r", "gold": "g"}]).encode()

@@ -18,9 +18,11 @@ from workers.protocol import (
     progress_meta,
     read_task_meta,
     result_json,
+    result_to_wire,
     task_meta,
     task_meta_key,
 )
+from workers.signing import Keyring
 
 REPO = Path(__file__).resolve().parents[2]
 # Substrings that only a key name contains: ours, Celery's result keys, kombu's hash.
@@ -67,6 +69,23 @@ def test_protocol_success_envelope_round_trips() -> None:
     raw = json.loads(task_meta("SUCCESS", text, "j.0"))
     assert raw["task_id"] == "j.0"
     assert raw["date_done"] is not None
+
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("digest", [None, "d\u00e9\ud800"])
+def test_protocol_result_json_is_json_dumps_of_result_to_wire(
+    signed: bool, digest: str | None
+) -> None:
+    # result_json builds the text around the verdicts' (encoded once, for the MAC
+    # too): it must be exactly the text of the wire dict, MAC included.
+    keyring = Keyring([b"k" * 32]) if signed else None
+    pairs = [(2, _verdict(2)), (0, _verdict(0))]
+    args = {"job_id": "j\u00e9", "batch_id": "j.0", "results": pairs}
+    text = result_json(**args, items_digest=digest, keyring=keyring)
+    wire = result_to_wire(**args, items_digest=digest, keyring=keyring)
+    assert text == json.dumps(wire)
+    if signed and digest is not None:
+        assert "mac" in wire
 
 
 def test_protocol_progress_and_started_envelopes_are_running() -> None:
