@@ -204,7 +204,8 @@ class SqliteResultCache:
     470 bytes, a line-mode unit's some 8 KB; the default bound is 2 GiB of disk).
 
     With `write_behind_rows` > 1, stored rows are held in memory (and found by
-    lookups) until that many are pending, then written in one transaction: a commit
+    lookups) until that many are pending (or `write_behind_bytes` of their text),
+    then written in one transaction: a commit
     rewrites every B-tree page its rows touch, and the keys are random, so 64-row
     commits cost some 15-20 us a row against 5 for 2,048-row ones (measured on the
     2-core CI machine). A process killed before `flush`/`close` loses those rows
@@ -225,10 +226,13 @@ class SqliteResultCache:
         busy_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.time,
         write_behind_rows: int = 1,
+        write_behind_bytes: int = 1 << 62,
     ) -> None:
-        if min(max_rows, max_bytes, purge_every, write_behind_rows) < 1:
+        bounds = (max_rows, max_bytes, purge_every, write_behind_rows)
+        if min(*bounds, write_behind_bytes) < 1:
             raise ValueError(
-                "max_rows, max_bytes, purge_every, write_behind_rows must be >= 1"
+                "max_rows, max_bytes, purge_every, write_behind_rows and "
+                "write_behind_bytes must be >= 1"
             )
         self._path = Path(path)
         self._ttl_s = ttl_s
@@ -240,7 +244,9 @@ class SqliteResultCache:
         self._busy_timeout_s = busy_timeout_s
         self._clock = clock
         self._write_behind_rows = write_behind_rows
+        self._write_behind_bytes = write_behind_bytes
         self._pending: dict[str, str] = {}
+        self._pending_bytes = 0  # of the values set since the last flush
         self._conn: sqlite3.Connection | None = None
         self._conn_pid = -1
 
@@ -278,9 +284,13 @@ class SqliteResultCache:
 
     def set_values(self, values: Mapping[str, str]) -> None:
         """Store text by key: at once, or with `write_behind_rows`, once that many
-        are pending (and on `flush` and `close`)."""
+        are pending, or `write_behind_bytes` of them (and on `flush` and `close`)."""
         self._pending.update(values)
-        if len(self._pending) >= self._write_behind_rows:
+        self._pending_bytes += sum(len(value) for value in values.values())
+        if (
+            len(self._pending) >= self._write_behind_rows
+            or self._pending_bytes >= self._write_behind_bytes
+        ):
             self.flush()
 
     def flush(self) -> None:
@@ -289,7 +299,7 @@ class SqliteResultCache:
             return
         expires_at = self._clock() + self._ttl_s
         rows = [(key, value, expires_at) for key, value in self._pending.items()]
-        self._pending = {}
+        self._pending, self._pending_bytes = {}, 0
         with self._errors("store"):
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")

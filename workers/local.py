@@ -75,6 +75,7 @@ from workers.models import (
 from workers.sandbox import GradeFn, warm_up_verifier
 from workers.sandbox_child import death_status
 from workers.sizing import (
+    CACHE_WRITE_BEHIND_BYTES,
     CACHE_WRITE_BEHIND_ROWS,
     LOCAL_BATCH_SIZE,
     RECYCLE_AFTER_ITEMS,
@@ -160,7 +161,9 @@ def _worker_loop(
     cache = exact = None
     if config.cache_path is not None:
         cache = SqliteResultCache(
-            config.cache_path, write_behind_rows=CACHE_WRITE_BEHIND_ROWS
+            config.cache_path,
+            write_behind_rows=CACHE_WRITE_BEHIND_ROWS,
+            write_behind_bytes=CACHE_WRITE_BEHIND_BYTES,
         )
         if config.grade_fn is None:  # whole verdicts of the verifier's only
             exact = ExactLayer(cache, verifier.GRADER_VERSION)

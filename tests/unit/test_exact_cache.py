@@ -65,6 +65,22 @@ def test_write_behind_rows_are_found_before_and_stored_at_close(
     assert SqliteResultCache(path).get_values(["k1"]) == {"k1": "v1"}
 
 
+def test_write_behind_rows_are_written_once_they_hold_enough_bytes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.sqlite3"
+    cache = SqliteResultCache(path, write_behind_rows=100, write_behind_bytes=1000)
+    reader = SqliteResultCache(path)
+    cache.set_values({"k1": "x" * 600})
+    assert reader.get_values(["k1"]) == {}  # 600 bytes pending, under the bound
+    cache.set_values({"k2": "y" * 600})
+    assert reader.get_values(["k1", "k2"]) == {"k1": "x" * 600, "k2": "y" * 600}
+    cache.set_values({"k3": "z" * 600})  # counted afresh after the write
+    assert reader.get_values(["k3"]) == {}
+    cache.close()
+    reader.close()
+
+
 def test_regrade_reads_whole_verdicts_without_starting_the_pool(
     tmp_path: Path,
 ) -> None:
