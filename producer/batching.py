@@ -58,8 +58,8 @@ __all__ = [
     "dump_line_bytes",
     "expand_records",
     "grade_alternatives",
-    "graded_fields",
     "graded_record",
+    "graded_values",
     "growing_chunks",
     "parse_line",
     "parse_record",
@@ -67,6 +67,7 @@ __all__ = [
     "read_records",
     "read_rows",
     "rows_from_record",
+    "verdict_values",
 ]
 
 T = TypeVar("T")
@@ -77,6 +78,10 @@ DEFAULT_SPEC = FieldSpec()
 # canonical form stays internal.
 VERDICT_FIELDS = tuple(
     name for name in models.VERDICT_FIELDS if name != "canonical_gold"
+)
+_CORRECT_AT, _FORMAT_VALID_AT, _CACHED_AT, _STATUS_AT = (
+    VERDICT_FIELDS.index(name)
+    for name in ("correct", "format_valid", "cached", "status")
 )
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Longer lines are rejected without being held in memory (a CoT is ~1-20 KB).
@@ -314,14 +319,20 @@ def grade_alternatives(
 
 def graded_record(row: InputRow, verdict: Verdict) -> dict[str, Any]:
     """The output object: input fields, then verdict fields (these win on clashes)."""
-    return graded_fields(row, verdict.to_dict())
+    return graded_values(row, verdict_values(verdict))
 
 
-def graded_fields(row: InputRow, verdict_dict: Mapping[str, Any]) -> dict[str, Any]:
-    """`graded_record` from a verdict's `to_dict()` (as stored in the cache)."""
+def verdict_values(verdict: Verdict) -> list[Any]:
+    """A verdict's output fields' values, in `VERDICT_FIELDS` order (JSON types)."""
+    fields = verdict.to_dict()
+    return [fields[name] for name in VERDICT_FIELDS]
+
+
+def graded_values(row: InputRow, values: Sequence[Any]) -> dict[str, Any]:
+    """`graded_record` from a verdict's `verdict_values` (a line-mode worker's, or
+    a row the cache kept)."""
     record = dict(row.record)
-    for name in VERDICT_FIELDS:
-        record[name] = verdict_dict[name]
+    record.update(zip(VERDICT_FIELDS, values, strict=True))
     record[LINE_FIELD] = row.line_no
     return record
 
@@ -466,6 +477,14 @@ class Summary:
         self.format_valid += format_valid
         self.cached += cached
         self.statuses[status] += 1
+
+    def count_values(self, value_rows: Sequence[Sequence[Any]]) -> None:
+        """`count` for verdicts given as their `verdict_values`, all at once."""
+        self.graded += len(value_rows)
+        self.correct += sum(values[_CORRECT_AT] for values in value_rows)
+        self.format_valid += sum(values[_FORMAT_VALID_AT] for values in value_rows)
+        self.cached += sum(values[_CACHED_AT] for values in value_rows)
+        self.statuses.update(values[_STATUS_AT] for values in value_rows)
 
     def totals(self) -> dict[str, Any]:
         """The verdict totals as JSON (a line-mode worker's, see `add_totals`)."""

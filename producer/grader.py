@@ -45,6 +45,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Stored units a re-grade renders on a replay pool rather than in this process
+# (fewer: forking its processes costs more than it saves).
+_PARALLEL_REPLAY_UNITS = 16
+
 ProgressFn = Callable[[int], None]
 """Called with the number of rollouts graded since the previous call."""
 
@@ -213,6 +217,7 @@ class _EmbeddedGrader(GraderBase):
         self._options = options
         self._settings = settings
         self._pool: LocalPool | None = None
+        self._replay_pool: LocalPool | None = None  # see `_replay`
         self._cache = None
         self._exact = None
         if settings.cache_path is not None:
@@ -278,7 +283,6 @@ class _EmbeddedGrader(GraderBase):
     ) -> list[str] | None:
         """Fill `results` with the units the cache holds whole; their keys (None
         without a cache)."""
-        from producer.lines import replay_line_unit
         from workers.errors import CacheError
 
         if self._exact is None:
@@ -292,11 +296,43 @@ class _EmbeddedGrader(GraderBase):
             return keys
         finally:
             self._cache.close()  # before the pool forks (see `_known`)
-        for index, key in enumerate(keys):
-            if key in stored:
-                unit, body = units[index]
-                results[index] = replay_line_unit(unit, body, stored[key])
+        found = [index for index, key in enumerate(keys) if key in stored]
+        replayed = self._replay([(*units[i], stored[keys[i]]) for i in found])
+        for index, result in zip(found, replayed, strict=True):
+            results[index] = result
         return keys
+
+    def _replay(self, jobs: list[tuple[Any, bytes, Any]]) -> list[Any]:
+        """`replay_line_unit` of each (unit, body, stored): in this process for a
+        few, else on a replay pool (forked here, no verifier warm-up: it renders,
+        never grades), since a re-graded file's work is all rendering and one core
+        did it alone (issue 11). A unit the pool lost is rendered here."""
+        from producer.lines import replay_line_unit, replay_stored_unit
+        from workers.local import LocalPool
+
+        processes = self._settings.processes or os.cpu_count() or 1
+        if processes < 2 or len(jobs) < _PARALLEL_REPLAY_UNITS:
+            return [replay_line_unit(*job) for job in jobs]
+        if self._replay_pool is None:
+            self._replay_pool = LocalPool(
+                processes=processes,
+                item_timeout_s=self._settings.item_timeout_s,
+                item_memory_bytes=self._settings.item_memory_mb * 1024 * 1024,
+                cache_path=None,
+                unit_fn=replay_stored_unit,
+                warm_up=False,
+            )
+        ran = self._replay_pool.run_units(
+            [({**unit, "stored": stored}, body) for unit, body, stored in jobs],
+            [len(unit["numbers"]) for unit, _body, _stored in jobs],
+        )
+        results: list[Any] = []
+        for job, result in zip(jobs, ran, strict=True):
+            if result is None:
+                results.append(replay_line_unit(*job))
+            else:
+                results.append(None if result[0].get("unfit") else result)
+        return results
 
     def grade(
         self,
@@ -370,8 +406,9 @@ class _EmbeddedGrader(GraderBase):
             raise DeadlinePassedError(str(exc), partial=exc.partial) from exc
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        for pool in (self._pool, self._replay_pool):
+            if pool is not None:
+                pool.close()
         if self._cache is not None:
             self._cache.close()
 

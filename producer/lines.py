@@ -15,8 +15,10 @@ as UTF-8 bytes and are written as they are.
 
 With the cache on, a worker also keeps each unit's row verdicts under a hash of the
 unit (`workers.exact_cache`); the CLI looks every unit up before it sends any, and
-renders a stored one itself (`replay_line_unit`: parse, the same `graded_fields`
-and `dump_line_bytes`, every verdict `cached`), so a re-graded file starts no pool.
+renders a stored one (`replay_line_unit`: parse, the same `graded_values` and
+`dump_line_bytes`, every verdict `cached`) without grading: so a re-graded file
+starts no grading pool. Many stored units are rendered on the cores of a pool that
+never grades (`replay_stored_unit`, no verifier warm-up), few in the CLI itself.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from producer.batching import (
     Summary,
     dump_line_bytes,
     grade_alternatives,
-    graded_fields,
+    graded_values,
     parse_line,
+    verdict_values,
 )
 from producer.fields import FieldSpec
 from workers.models import STATUS_BY_VALUE, GradeOptions
@@ -48,6 +51,7 @@ __all__ = [
     "line_unit",
     "parse_lines",
     "replay_line_unit",
+    "replay_stored_unit",
 ]
 
 Line = tuple[int, bytes]
@@ -103,21 +107,17 @@ def _unit_lines(unit: Any, body: bytes) -> Iterator[Line]:
 
 
 def _render(
-    rows: Sequence[InputRow], verdicts: Iterable[dict[str, Any]]
+    rows: Sequence[InputRow], value_rows: Sequence[Sequence[Any]]
 ) -> tuple[dict[str, Any], bytes]:
-    """The output lines of rows with their verdicts (`Verdict.to_dict()`s), and
-    their totals."""
+    """The output lines of rows with their verdicts (`verdict_values`), and their
+    totals."""
     summary = Summary()
-    out = []
-    for row, fields in zip(rows, verdicts, strict=True):
-        out.append(dump_line_bytes(graded_fields(row, fields)))
-        summary.count(
-            fields["correct"],
-            fields["format_valid"],
-            fields["cached"],
-            fields["status"],
-        )
-    return summary.totals(), b"".join(out)
+    summary.count_values(value_rows)
+    out = b"".join(
+        dump_line_bytes(graded_values(row, values))
+        for row, values in zip(rows, value_rows, strict=True)
+    )
+    return summary.totals(), out
 
 
 def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
@@ -131,16 +131,17 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
         return grade([(row.response, row.gold) for row in todo], options)
 
     verdicts = grade_alternatives(rows, grade_rows, lambda _n: None)
-    fields = [verdict.to_dict() for verdict in verdicts]
-    totals, out = _render(rows, fields)
-    stored = [[each[name] for name in _STORED_FIELDS] for each in fields]
-    keep = {"fields": _STORED_FIELDS, "rows": stored}
+    value_rows = [verdict_values(verdict) for verdict in verdicts]
+    totals, out = _render(rows, value_rows)
+    keep = {"fields": _STORED_FIELDS, "rows": [values[:-1] for values in value_rows]}
     return {"totals": totals, "errors": errors, "store": keep}, out
 
 
 # What the cache keeps of each row's verdict: what its output line shows, but
-# `cached` (true when replayed), as a list (names once a unit, not once a row).
-_STORED_FIELDS = [name for name in VERDICT_FIELDS if name != "cached"]
+# `cached` (the last: true when replayed), as a list (names once a unit, not once
+# a row).
+_STORED_FIELDS = list(VERDICT_FIELDS[:-1])
+assert VERDICT_FIELDS[-1] == "cached"
 _STATUS_AT = _STORED_FIELDS.index("status")
 
 
@@ -156,12 +157,16 @@ def replay_line_unit(unit: Any, body: bytes, stored: Any) -> tuple[Any, bytes] |
         and all(_is_stored_row(values) for values in stored["rows"])
     ):
         return None  # not what this code stores: graded again
-    verdicts = (
-        dict(zip(_STORED_FIELDS, values, strict=True), cached=True)
-        for values in stored["rows"]
-    )
-    totals, out = _render(rows, verdicts)
+    totals, out = _render(rows, [[*values, True] for values in stored["rows"]])
     return {"totals": totals, "errors": errors}, out
+
+
+def replay_stored_unit(unit: Any, body: bytes, _grade: GradePairs) -> tuple[Any, bytes]:
+    """Run in a replay pool's worker (a `UnitFn` that never grades):
+    `replay_line_unit` of a unit carrying what the cache kept of it under "stored";
+    {"unfit": true} when that does not fit the unit (it is graded then)."""
+    replayed = replay_line_unit(unit, body, unit["stored"])
+    return replayed if replayed is not None else ({"unfit": True}, b"")
 
 
 def _is_stored_row(values: Any) -> bool:

@@ -534,6 +534,9 @@ class LocalPool:
             cap, as the fleet's sandbox children.
         grade_fn: the function the workers decide with (default the verifier).
         unit_fn: what the workers run for `run_units` (see `UnitFn`).
+        warm_up: grade a few answers here before the first fork, so that workers
+            start with the verifier's lazy imports (SymPy) done; off only for a
+            `unit_fn` that never grades (it would save nothing but cost 0.25 s).
         max_attempts: a batch whose worker process dies for no reason found in its
             progress slot is re-run on a fresh worker up to this many times in all;
             then the item it was on (else the whole batch) gets an `error` verdict.
@@ -553,6 +556,7 @@ class LocalPool:
         grade_fn: GradeFn | None = None,
         unit_fn: UnitFn | None = None,
         max_attempts: int = 3,
+        warm_up: bool = True,
     ) -> None:
         if processes < 1 or batch_size < 1 or max_attempts < 1:
             raise ValueError("processes, batch_size and max_attempts must be >= 1")
@@ -564,6 +568,7 @@ class LocalPool:
         self._batch_size = batch_size
         self._max_attempts = max_attempts
         self._item_timeout_s = item_timeout_s
+        self._warm_up = warm_up
         self._config = _WorkerConfig(
             item_timeout_s=item_timeout_s,
             item_memory_bytes=item_memory_bytes,
@@ -721,7 +726,8 @@ class LocalPool:
         if self._leaving:
             self._reap_leaving()
         if len(self._workers) < self._processes:
-            warm_up_verifier()  # once per process: workers inherit a warm verifier
+            if self._warm_up:  # once per process: workers inherit a warm verifier
+                warm_up_verifier()
             _refuse_open_cache(self._config.cache_path)
         while len(self._workers) < self._processes:
             worker = _spawn_worker(self._config)

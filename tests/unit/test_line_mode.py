@@ -410,11 +410,22 @@ def test_line_mode_regrade_skips_the_warm_up_and_grades_what_is_new(
         return [json.loads(line) for line in out.read_text().splitlines()], done.stderr
 
     source.write_text("".join(json.dumps(r) + "\n" for r in records[:2048]))
-    grade("cold", *cache)
-    # When it is graded again: every unit is stored, so no grading is needed
+    cold, _ = grade("cold", *cache)
+    # When it is graded again: every unit is stored, so no grading is needed (its
+    # 32 units are rendered by a replay pool, which forks without a warm-up)
     again, stderr = grade("again", *cache)
     assert all(r["cached"] for r in again)
+    assert _without_cached(again) == _without_cached(cold)
     assert "sympy imported: False" in stderr
+    # When the stored rows do not fit (damage): the replay pool hands every unit
+    # back, and they are graded again, as they were the first time
+    (path,) = (tmp_path / "cache").iterdir()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("""UPDATE results SET value = '{"fields": [], "rows": []}'""")
+    damaged, stderr = grade("damaged", *cache)
+    assert _without_cached(damaged) == _without_cached(cold)
+    assert not any(r["cached"] for r in damaged)
+    assert "sympy imported: True" in stderr
     # When 100 rows are added (a second chunk, not stored): the workers forked cold
     # are replaced by warm ones, and the new rows graded as without a cache
     source.write_text("".join(json.dumps(r) + "\n" for r in records))
