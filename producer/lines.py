@@ -133,16 +133,23 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
     verdicts = grade_alternatives(rows, grade_rows, lambda _n: None)
     value_rows = [verdict_values(verdict) for verdict in verdicts]
     totals, out = _render(rows, value_rows)
-    keep = {"fields": _STORED_FIELDS, "rows": [values[:-1] for values in value_rows]}
+    keep = {"fields": _STORED_FIELDS, "rows": list(map(_stored_values, value_rows))}
     return {"totals": totals, "errors": errors, "store": keep}, out
 
 
 # What the cache keeps of each row's verdict: what its output line shows, but
-# `cached` (the last: true when replayed), as a list (names once a unit, not once
-# a row).
-_STORED_FIELDS = list(VERDICT_FIELDS[:-1])
-assert VERDICT_FIELDS[-1] == "cached"
+# `cached` (true when replayed), as a list (names once a unit, not once a row).
+_STORED_FIELDS = [name for name in VERDICT_FIELDS if name != "cached"]
 _STATUS_AT = _STORED_FIELDS.index("status")
+_CACHED_AT = VERDICT_FIELDS.index("cached")
+
+
+def _stored_values(values: list[Any]) -> list[Any]:
+    return values[:_CACHED_AT] + values[_CACHED_AT + 1 :]
+
+
+def _replayed_values(stored: list[Any]) -> list[Any]:
+    return [*stored[:_CACHED_AT], True, *stored[_CACHED_AT:]]
 
 
 def replay_line_unit(unit: Any, body: bytes, stored: Any) -> tuple[Any, bytes] | None:
@@ -157,7 +164,7 @@ def replay_line_unit(unit: Any, body: bytes, stored: Any) -> tuple[Any, bytes] |
         and all(_is_stored_row(values) for values in stored["rows"])
     ):
         return None  # not what this code stores: graded again
-    totals, out = _render(rows, [[*values, True] for values in stored["rows"]])
+    totals, out = _render(rows, list(map(_replayed_values, stored["rows"])))
     return {"totals": totals, "errors": errors}, out
 
 

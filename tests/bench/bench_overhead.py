@@ -495,8 +495,11 @@ def fleet_roles(work: Path, n: int, fleet: Fleet) -> None:
     per: dict[str, float] = collections.defaultdict(float)
     for pid, role in pids.items():
         per[role] += _proc_cpu_s(pid) - before[pid]
+    # A child replaced during the run leaves the live set, and its whole life's CPU
+    # joins its parent's reaped total: its CPU before the run is taken off too.
     per["sandbox child"] = sum(
-        seconds - sandbox_before.get(pid, 0.0) for pid, seconds in sandbox_after.items()
+        sandbox_after.get(pid, 0.0) - sandbox_before.get(pid, 0.0)
+        for pid in sandbox_before.keys() | sandbox_after.keys()
     )
     per["producer (gradefleet grade --broker)"] = cli_cpu
     print(f"\nfleet, 2 workers, {n:,} rollouts: CPU us per rollout by process\n")
