@@ -103,8 +103,12 @@ _WATCH_S = 0.01
 # (on a busy machine the CLI may wait for a core first).
 _WORKER_BATCHES = 2
 # Room for those batches in the request pipe (the default is 64 KiB, about one
-# batch): a full pipe would block the CLI until the worker reads.
+# batch): a full pipe would block the CLI until the worker reads. And for a few
+# answers in the reply pipe: a unit's output lines are some 100 KB, and a worker
+# whose answer does not fit waits for the CLI to read it (busy with the other
+# worker's, or sending) instead of starting its next batch.
 _REQUEST_PIPE_BYTES = 1 << 20
+_REPLY_PIPE_BYTES = 1 << 20
 # Deaths the item in the slot caused itself (an abort, a segfault); a SIGKILL or
 # SIGTERM from elsewhere (an operator, the OOM killer) says nothing about the item,
 # so its batch is run again instead.
@@ -278,8 +282,9 @@ def _spawn_worker(config: _WorkerConfig) -> _Worker:
     slot = ProgressSlot()
     rss_bytes = self_size_bytes()[1]
     pid, to_fd, from_fd = fork_child(lambda r, w: _worker_main(r, w, config, slot))
-    with contextlib.suppress(OSError):  # above pipe-max-size: the default stays
-        fcntl.fcntl(to_fd, fcntl.F_SETPIPE_SZ, _REQUEST_PIPE_BYTES)
+    for fd, size in ((to_fd, _REQUEST_PIPE_BYTES), (from_fd, _REPLY_PIPE_BYTES)):
+        with contextlib.suppress(OSError):  # above pipe-max-size: the default stays
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
     statm_fd = open_statm(pid, "local worker")
     return _Worker(
         pid=pid,
