@@ -38,7 +38,7 @@ from producer.formats import (
     open_output,
 )
 from producer.lines import LineGrader, parse_lines
-from producer.overlap import BehindWriter, read_ahead
+from producer.overlap import BehindWriter, read_ahead, work_ahead
 from producer.signals import raise_if_stopped
 from workers.models import (
     Status,
@@ -178,8 +178,8 @@ def grade_file(
     in line mode (`producer.lines`): the workers parse the lines and write the
     output lines, and this process only moves bytes. Otherwise this process reads
     rows and writes verdicts; with `overlap`, the next chunk is read and the
-    previous one written in threads while one is graded (`producer.overlap`): for a
-    fleet, which grades elsewhere while this process waits on sockets. Without it,
+    previous one written in threads while two are graded (`producer.overlap`): for
+    a fleet, which grades elsewhere while this process waits on sockets. Without it,
     in turn: for the embedded pool, whose workers share this machine's cores, so
     the threads' GIL hand-offs cost more CPU than the overlap saves (issue 11).
 
@@ -223,25 +223,55 @@ def grade_file(
         put: Callable[[Any], None] = write  # in turn, in this thread
         if overlap:  # order is kept either way
             put = stack.enter_context(BehindWriter(write)).put
-            chunks = read_ahead(chunks)
-        for chunk in chunks:
-            raise_if_stopped()
-            rows = [row for row in chunk if isinstance(row, InputRow)]
-            for bad_row in chunk:
-                if isinstance(bad_row, LineError):
-                    errors(bad_row)
-                    advance(1)
-            todo = [row for row in rows if not _reusable(row, kept)]
-            graded = iter(grade_alternatives(todo, grade_rows, advance) if todo else [])
-            verdicts = [
-                kept[_row_key(row.line_no, row.record)][1]
-                if _reusable(row, kept)
-                else next(graded)
-                for row in rows
-            ]
-            put((rows, verdicts, len(rows) - len(todo)))
+        _grade_row_chunks(chunks, grade_rows, kept, overlap, errors, advance, put)
         raise_if_stopped()  # before the output is renamed into place
     return _finish(summary, errors, late_lines)
+
+
+def _grade_row_chunks(
+    chunks: Iterator[list[Any]],
+    grade_rows: GradeRows,
+    kept: dict[RowKey, tuple[str, Verdict]],
+    overlap: bool,
+    errors: Callable[[LineError], None],
+    advance: Progress,
+    put: Callable[[Any], None],
+) -> None:
+    """The row path: grade each chunk's rows (but those `--resume` keeps), report
+    its malformed lines, and `put` its rows and verdicts, in input order. With
+    `overlap` (a fleet), the next chunk is read in a thread and two chunks are
+    graded at once (`work_ahead`: a job's tail no longer idles the fleet)."""
+
+    def grade_chunk(chunk: list[Any]) -> list[Verdict]:
+        raise_if_stopped()
+        todo = [row for row in chunk if _graded_here(row, kept)]
+        return grade_alternatives(todo, grade_rows, advance) if todo else []
+
+    graded_chunks: Iterator[tuple[list[Any], list[Verdict]]]
+    if overlap:
+        graded_chunks = work_ahead(read_ahead(chunks), grade_chunk)
+    else:
+        graded_chunks = ((chunk, grade_chunk(chunk)) for chunk in chunks)
+    for chunk, graded_verdicts in graded_chunks:
+        raise_if_stopped()
+        rows = [row for row in chunk if isinstance(row, InputRow)]
+        for bad_row in chunk:
+            if isinstance(bad_row, LineError):
+                errors(bad_row)
+                advance(1)
+        graded = iter(graded_verdicts)
+        verdicts = [
+            kept[_row_key(row.line_no, row.record)][1]
+            if _reusable(row, kept)
+            else next(graded)
+            for row in rows
+        ]
+        put((rows, verdicts, sum(_reusable(row, kept) for row in rows)))
+
+
+def _graded_here(row: InputRow | LineError, kept: dict[Any, Any]) -> bool:
+    """A row to grade: not a malformed line, nor a row `--resume` keeps."""
+    return isinstance(row, InputRow) and not _reusable(row, kept)
 
 
 def _chunks(
