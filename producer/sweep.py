@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from itertools import chain
@@ -249,6 +250,7 @@ def _grade_row_chunks(
 
     graded_chunks: Iterator[tuple[list[Any], list[Verdict]]]
     if overlap:
+        advance = _one_at_a_time(advance)  # two grading threads report progress
         graded_chunks = work_ahead(read_ahead(chunks), grade_chunk)
     else:
         graded_chunks = ((chunk, grade_chunk(chunk)) for chunk in chunks)
@@ -267,6 +269,17 @@ def _grade_row_chunks(
             for row in rows
         ]
         put((rows, verdicts, sum(_reusable(row, kept) for row in rows)))
+
+
+def _one_at_a_time(advance: Progress) -> Progress:
+    """`advance` behind a lock (click's progress bar is not thread-safe)."""
+    lock = threading.Lock()
+
+    def locked(count: int) -> None:
+        with lock:
+            advance(count)
+
+    return locked
 
 
 def _graded_here(row: InputRow | LineError, kept: dict[Any, Any]) -> bool:
