@@ -464,22 +464,14 @@ class Summary:
     late_lines: list[int] = field(default_factory=list)
 
     def add(self, verdict: Verdict) -> None:
-        self.count(
-            verdict.correct, verdict.format_valid, verdict.cached, verdict.status.value
-        )
-
-    def count(
-        self, correct: bool, format_valid: bool, cached: bool, status: str
-    ) -> None:
-        """`add` for a verdict's fields (as `Verdict.to_dict()` has them)."""
         self.graded += 1
-        self.correct += correct
-        self.format_valid += format_valid
-        self.cached += cached
-        self.statuses[status] += 1
+        self.correct += verdict.correct
+        self.format_valid += verdict.format_valid
+        self.cached += verdict.cached
+        self.statuses[verdict.status.value] += 1
 
     def count_values(self, value_rows: Sequence[Sequence[Any]]) -> None:
-        """`count` for verdicts given as their `verdict_values`, all at once."""
+        """`add` for verdicts given as their `verdict_values`, all at once."""
         self.graded += len(value_rows)
         self.correct += sum(values[_CORRECT_AT] for values in value_rows)
         self.format_valid += sum(values[_FORMAT_VALID_AT] for values in value_rows)
