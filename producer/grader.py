@@ -224,20 +224,29 @@ class _EmbeddedGrader(GraderBase):
             self._cache = SqliteResultCache(settings.cache_path)
             self._exact = ExactLayer(self._cache, GRADER_VERSION)
 
+    def _processes(self) -> int:
+        return self._settings.processes or os.cpu_count() or 1
+
+    def _new_pool(self, **kw: Any) -> LocalPool:
+        """A pool with this grader's process count and item limits."""
+        from workers.local import LocalPool
+        from workers.sizing import LOCAL_BATCH_SIZE
+
+        settings = self._settings
+        return LocalPool(
+            processes=self._processes(),
+            item_timeout_s=settings.item_timeout_s,
+            item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
+            batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
+            **kw,
+        )
+
     def _started_pool(self) -> LocalPool:
         if self._pool is None:
             from producer.lines import grade_line_unit
-            from workers.local import LocalPool
-            from workers.sizing import LOCAL_BATCH_SIZE
 
-            settings = self._settings
-            self._pool = LocalPool(
-                processes=settings.processes or os.cpu_count() or 1,
-                item_timeout_s=settings.item_timeout_s,
-                item_memory_bytes=settings.item_memory_mb * 1024 * 1024,
-                cache_path=settings.cache_path,
-                batch_size=settings.batch_size or LOCAL_BATCH_SIZE,
-                unit_fn=grade_line_unit,
+            self._pool = self._new_pool(
+                cache_path=self._settings.cache_path, unit_fn=grade_line_unit
             )
         return self._pool
 
@@ -308,19 +317,12 @@ class _EmbeddedGrader(GraderBase):
         never grades), since a re-graded file's work is all rendering and one core
         did it alone (issue 11). A unit the pool lost is rendered here."""
         from producer.lines import replay_line_unit, replay_stored_unit
-        from workers.local import LocalPool
 
-        processes = self._settings.processes or os.cpu_count() or 1
-        if processes < 2 or len(jobs) < _PARALLEL_REPLAY_UNITS:
+        if self._processes() < 2 or len(jobs) < _PARALLEL_REPLAY_UNITS:
             return [replay_line_unit(*job) for job in jobs]
         if self._replay_pool is None:
-            self._replay_pool = LocalPool(
-                processes=processes,
-                item_timeout_s=self._settings.item_timeout_s,
-                item_memory_bytes=self._settings.item_memory_mb * 1024 * 1024,
-                cache_path=None,
-                unit_fn=replay_stored_unit,
-                warm_up=False,
+            self._replay_pool = self._new_pool(
+                cache_path=None, unit_fn=replay_stored_unit, warm_up=False
             )
         ran = self._replay_pool.run_units(
             [({**unit, "stored": stored}, body) for unit, body, stored in jobs],
