@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from workers.errors import SandboxError
+from workers.sizing import RECYCLE_GROWN_SHARE
 
 __all__ = [
     "FrameBuffer",
@@ -29,6 +30,7 @@ __all__ = [
     "open_statm",
     "read_body_frame",
     "read_frame",
+    "recycle_rss_bytes",
     "self_size_bytes",
     "statm_rss_bytes",
     "write_all",
@@ -216,6 +218,14 @@ def open_statm(pid: int, what: str) -> int:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise SandboxError(f"cannot watch {what} {pid}: {exc}") from exc
+
+
+def recycle_rss_bytes(statm_fd: int, item_memory_bytes: int) -> int:
+    """The RSS past which a child just forked (`open_statm`) is replaced once its
+    work in hand is done: its own size now, not its parent's (a forked child starts
+    without the parent's file-backed pages, shared libraries and mapped files, in
+    its RSS), plus `RECYCLE_GROWN_SHARE` of the item cap."""
+    return statm_rss_bytes(statm_fd) + int(item_memory_bytes * RECYCLE_GROWN_SHARE)
 
 
 def fork_child(main: Callable[[int, int], int]) -> tuple[int, int, int]:

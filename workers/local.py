@@ -52,6 +52,7 @@ from workers.childproc import (
     limit_address_space,
     open_statm,
     read_body_frame,
+    recycle_rss_bytes,
     self_size_bytes,
     statm_rss_bytes,
     write_body_frame,
@@ -79,7 +80,6 @@ from workers.sizing import (
     CACHE_WRITE_BEHIND_ROWS,
     LOCAL_BATCH_SIZE,
     RECYCLE_AFTER_ITEMS,
-    RECYCLE_GROWN_SHARE,
 )
 from workers.verdicts import (
     MEMORY_ERROR_REASON,
@@ -286,9 +286,6 @@ def _spawn_worker(config: _WorkerConfig) -> _Worker:
         with contextlib.suppress(OSError):  # above pipe-max-size: the default stays
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
     statm_fd = open_statm(pid, "local worker")
-    # Its own size, not this process's: a forked child starts without the
-    # parent's file-backed pages (shared libraries, mapped files) in its RSS.
-    own_rss_bytes = statm_rss_bytes(statm_fd)
     return _Worker(
         pid=pid,
         to_fd=to_fd,
@@ -296,8 +293,7 @@ def _spawn_worker(config: _WorkerConfig) -> _Worker:
         slot=slot,
         statm_fd=statm_fd,
         rss_cap_bytes=rss_bytes + config.item_memory_bytes,
-        recycle_rss_bytes=own_rss_bytes
-        + int(config.item_memory_bytes * RECYCLE_GROWN_SHARE),
+        recycle_rss_bytes=recycle_rss_bytes(statm_fd, config.item_memory_bytes),
     )
 
 

@@ -20,12 +20,12 @@ from workers.childproc import (
     limit_address_space,
     open_statm,
     read_frame,
+    recycle_rss_bytes,
     self_size_bytes,
     statm_rss_bytes,
     write_frame,
 )
 from workers.models import GradeOptions, Status, Verdict
-from workers.sizing import RECYCLE_GROWN_SHARE
 
 __all__ = ["ChildProcess", "GradeFn", "death_status", "decide_item", "spawn_child"]
 
@@ -190,9 +190,6 @@ def spawn_child(
         lambda req, resp: _child_loop(req, resp, grade_fn, as_bytes)
     )
     statm_fd = open_statm(pid, "sandbox child")
-    # Its own size, not this process's: a forked child starts without the
-    # parent's file-backed pages (shared libraries, mapped files) in its RSS.
-    own_rss_bytes = statm_rss_bytes(statm_fd)
     poller = select.poll()
     poller.register(resp_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     return ChildProcess(
@@ -201,7 +198,7 @@ def spawn_child(
         resp_fd=resp_fd,
         statm_fd=statm_fd,
         rss_cap_bytes=rss_bytes + item_memory_bytes,
-        recycle_rss_bytes=own_rss_bytes + int(item_memory_bytes * RECYCLE_GROWN_SHARE),
+        recycle_rss_bytes=recycle_rss_bytes(statm_fd, item_memory_bytes),
         poller=poller,
     )
 
