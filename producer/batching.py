@@ -58,6 +58,7 @@ __all__ = [
     "dump_line_bytes",
     "expand_records",
     "grade_alternatives",
+    "grade_in_place",
     "graded_record",
     "graded_values",
     "growing_chunks",
@@ -67,6 +68,7 @@ __all__ = [
     "read_records",
     "read_rows",
     "rows_from_record",
+    "usual_layout",
     "verdict_values",
 ]
 
@@ -115,19 +117,17 @@ def rows_from_record(
     record: dict[str, Any], line_no: int, spec: FieldSpec = DEFAULT_SPEC
 ) -> list[InputRow] | LineError:
     """One row per sample of `record` (see `producer.fields`), or the line's error."""
-    if spec.response is None and spec.gold is None:
-        # The usual layout, one text under "response" and one under "gold" (the
-        # first names of their alias tables): the row the tables below resolve it
-        # to, without walking them (issue 11: 5.5 of the CLI's ~30 us a row).
-        response, gold = record.get("response"), record.get("gold")
-        if (
-            type(response) is str
-            and type(gold) is str
-            and text_error(response, gold) is None
-        ):
-            return [
-                InputRow(line_no=line_no, response=response, gold=gold, record=record)
-            ]
+    if spec.response is None and spec.gold is None and usual_layout(record):
+        # The row the tables below resolve it to, without walking them (issue 11:
+        # 5.5 of the CLI's ~30 us a row).
+        return [
+            InputRow(
+                line_no=line_no,
+                response=record["response"],
+                gold=record["gold"],
+                record=record,
+            )
+        ]
     try:
         samples = resolve_samples(record, spec)
         gold_field, golds = resolve_golds(record, spec)
@@ -145,6 +145,18 @@ def rows_from_record(
             samples.texts, sample_records(record, samples, gold_field), strict=True
         )
     ]
+
+
+def usual_layout(record: dict[str, Any]) -> bool:
+    """Whether `record` is one rollout in the usual layout: one text under
+    "response" and one under "gold" (the first names of their alias tables), within
+    the size bound; with the default field spec, its one row is then these texts."""
+    response, gold = record.get("response"), record.get("gold")
+    return (
+        type(response) is str
+        and type(gold) is str
+        and text_error(response, gold) is None
+    )
 
 
 def _has_float(value: object) -> bool:
@@ -331,9 +343,16 @@ def verdict_values(verdict: Verdict) -> list[Any]:
 def graded_values(row: InputRow, values: Sequence[Any]) -> dict[str, Any]:
     """`graded_record` from a verdict's `verdict_values` (a line-mode worker's, or
     a row the cache kept)."""
-    record = dict(row.record)
+    return grade_in_place(dict(row.record), row.line_no, values)
+
+
+def grade_in_place(
+    record: dict[str, Any], line_no: int, values: Sequence[Any]
+) -> dict[str, Any]:
+    """`record` (a line's own object, shared with no other row) made the output
+    object of its one row: `graded_values` without the copy."""
     record.update(zip(VERDICT_FIELDS, values, strict=True))
-    record[LINE_FIELD] = row.line_no
+    record[LINE_FIELD] = line_no
     return record
 
 

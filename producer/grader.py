@@ -311,12 +311,12 @@ class _EmbeddedGrader(GraderBase):
             results[index] = result
         return keys
 
-    def _replay(self, jobs: list[tuple[Any, bytes, Any]]) -> list[Any]:
-        """`replay_line_unit` of each (unit, body, stored): in this process for a
-        few, else on a replay pool (forked here, no verifier warm-up: it renders,
+    def _replay(self, jobs: list[tuple[Any, bytes, str]]) -> list[Any]:
+        """`replay_line_unit` of each (unit, body, stored text): in this process for
+        a few, else on a replay pool (forked here, no verifier warm-up: it renders,
         never grades), since a re-graded file's work is all rendering and one core
         did it alone (issue 11). A unit the pool lost is rendered here."""
-        from producer.lines import replay_line_unit, replay_stored_unit
+        from producer.lines import replay_body, replay_line_unit, replay_stored_unit
 
         if self._processes() < 2 or len(jobs) < _PARALLEL_REPLAY_UNITS:
             return [replay_line_unit(*job) for job in jobs]
@@ -325,7 +325,7 @@ class _EmbeddedGrader(GraderBase):
                 cache_path=None, unit_fn=replay_stored_unit, warm_up=False
             )
         ran = self._replay_pool.run_units(
-            [({**unit, "stored": stored}, body) for unit, body, stored in jobs],
+            [(unit, replay_body(body, stored)) for unit, body, stored in jobs],
             [len(unit["numbers"]) for unit, _body, _stored in jobs],
         )
         results: list[Any] = []

@@ -16,9 +16,11 @@ as UTF-8 bytes and are written as they are.
 With the cache on, a worker also keeps each unit's row verdicts under a hash of the
 unit (`workers.exact_cache`); the CLI looks every unit up before it sends any, and
 renders a stored one (`replay_line_unit`: parse, the same `graded_values` and
-`dump_line_bytes`, every verdict `cached`) without grading: so a re-graded file
-starts no grading pool. Many stored units are rendered on the cores of a pool that
-never grades (`replay_stored_unit`, no verifier warm-up), few in the CLI itself.
+`dump_line_bytes`, every verdict `cached`; a unit of usual lines without building
+rows) without grading: so a re-graded file starts no grading pool. Many stored units
+are rendered on the cores of a pool that never grades (`replay_stored_unit`, no
+verifier warm-up; the stored text rides undecoded after the unit's lines), few in
+the CLI itself.
 """
 
 from __future__ import annotations
@@ -33,11 +35,15 @@ from producer.batching import (
     Summary,
     dump_line_bytes,
     grade_alternatives,
+    grade_in_place,
     graded_values,
     parse_line,
+    parse_record,
+    usual_layout,
     verdict_values,
 )
 from producer.fields import FieldSpec
+from workers.exact_cache import stored_unit
 from workers.models import STATUS_BY_VALUE, GradeOptions
 
 if TYPE_CHECKING:  # not imported at run time: it pulls in the verifier
@@ -50,6 +56,7 @@ __all__ = [
     "grade_line_unit",
     "line_unit",
     "parse_lines",
+    "replay_body",
     "replay_line_unit",
     "replay_stored_unit",
 ]
@@ -68,11 +75,19 @@ def line_unit(
     lines: Sequence[Line], spec: FieldSpec, options: GradeOptions
 ) -> tuple[Any, bytes]:
     """The unit a worker grades `lines` from: (line number, raw bytes) each."""
+    return _line_unit(lines, _unit_head(spec, options))
+
+
+def _unit_head(spec: FieldSpec, options: GradeOptions) -> dict[str, Any]:
+    # Built once a chunk: `options.to_dict()` is `dataclasses.asdict`, ~15 us.
+    return {"spec": [spec.response, spec.gold], "options": options.to_dict()}
+
+
+def _line_unit(lines: Sequence[Line], head: dict[str, Any]) -> tuple[Any, bytes]:
     meta = {
         "numbers": [line_no for line_no, _raw in lines],
         "sizes": [len(raw) for _no, raw in lines],
-        "spec": [spec.response, spec.gold],
-        "options": options.to_dict(),
+        **head,
     }
     return meta, b"".join(raw for _no, raw in lines)
 
@@ -152,28 +167,69 @@ def _replayed_values(stored: list[Any]) -> list[Any]:
     return [*stored[:_CACHED_AT], True, *stored[_CACHED_AT:]]
 
 
-def replay_line_unit(unit: Any, body: bytes, stored: Any) -> tuple[Any, bytes] | None:
-    """In the CLI: a unit's result from what the cache kept of it, as a worker
-    would write it with every verdict `cached`; None if it does not fit the unit."""
-    rows, errors = _unit_rows(unit, body)
+def replay_line_unit(
+    unit: Any, body: bytes, stored: str | bytes
+) -> tuple[Any, bytes] | None:
+    """A unit's result from what the cache kept of it (`ExactLayer.lookup_units`:
+    its JSON), as a worker would write it with every verdict `cached`; None if it
+    does not fit the unit."""
+    kept = stored_unit(stored)
     if not (
-        isinstance(stored, dict)
-        and stored.get("fields") == _STORED_FIELDS
-        and isinstance(stored.get("rows"), list)
-        and len(stored["rows"]) == len(rows)
-        and all(_is_stored_row(values) for values in stored["rows"])
+        isinstance(kept, dict)
+        and kept.get("fields") == _STORED_FIELDS
+        and isinstance(kept.get("rows"), list)
+        and all(_is_stored_row(values) for values in kept["rows"])
     ):
         return None  # not what this code stores: graded again
-    totals, out = _render(rows, list(map(_replayed_values, stored["rows"])))
+    value_rows = list(map(_replayed_values, kept["rows"]))
+    records = _usual_records(unit, body)
+    if records is not None:  # the usual file: no `InputRow`s (~1.5 us a row)
+        if len(records) != len(value_rows):
+            return None
+        summary = Summary()
+        summary.count_values(value_rows)
+        out = b"".join(
+            dump_line_bytes(grade_in_place(record, line_no, values))
+            for record, line_no, values in zip(
+                records, unit["numbers"], value_rows, strict=True
+            )
+        )
+        return {"totals": summary.totals(), "errors": []}, out
+    rows, errors = _unit_rows(unit, body)
+    if len(rows) != len(value_rows):
+        return None
+    totals, out = _render(rows, value_rows)
     return {"totals": totals, "errors": errors}, out
+
+
+def _usual_records(unit: Any, body: bytes) -> list[dict[str, Any]] | None:
+    """Each line's object when, read with the default field spec, every line of
+    the unit is one rollout in the usual layout (`usual_layout`); else None."""
+    if unit["spec"] != [None, None]:
+        return None
+    records = []
+    for line_no, raw in _unit_lines(unit, body):
+        record = parse_record(raw, line_no)
+        if not (isinstance(record, dict) and usual_layout(record)):
+            return None
+        records.append(record)
+    return records
 
 
 def replay_stored_unit(unit: Any, body: bytes, _grade: GradePairs) -> tuple[Any, bytes]:
     """Run in a replay pool's worker (a `UnitFn` that never grades):
-    `replay_line_unit` of a unit carrying what the cache kept of it under "stored";
-    {"unfit": true} when that does not fit the unit (it is graded then)."""
-    replayed = replay_line_unit(unit, body, unit["stored"])
+    `replay_line_unit` of a unit whose body is its lines followed by what the
+    cache kept of it (`replay_body`); {"unfit": true} when that does not fit the
+    unit (it is graded then)."""
+    lines_end = sum(unit["sizes"])
+    replayed = replay_line_unit(unit, body[:lines_end], body[lines_end:])
     return replayed if replayed is not None else ({"unfit": True}, b"")
+
+
+def replay_body(body: bytes, stored: str | bytes) -> bytes:
+    """The body of a unit sent to `replay_stored_unit`: the stored JSON rides
+    after the lines as it was read (never decoded and encoded again here)."""
+    return body + (stored.encode() if isinstance(stored, str) else stored)
 
 
 def _is_stored_row(values: Any) -> bool:
@@ -218,8 +274,9 @@ class LineGrader:
     ) -> list[tuple[Sequence[Line], LineUnitResult | None]]:
         size = self._unit_lines
         units = [lines[start : start + size] for start in range(0, len(lines), size)]
+        head = _unit_head(self._spec, self._options)
         results = self._run_units(
-            [line_unit(unit, self._spec, self._options) for unit in units],
+            [_line_unit(unit, head) for unit in units],
             [len(unit) for unit in units],
             advance,
         )

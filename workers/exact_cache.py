@@ -34,7 +34,7 @@ import orjson
 from workers.cache import SqliteResultCache
 from workers.models import GradeOptions, Verdict, is_final
 
-__all__ = ["ExactLayer", "exact_keyer"]
+__all__ = ["ExactLayer", "exact_keyer", "stored_unit"]
 
 # Domain separation: no exact key can equal an answer-layer key (whose hashed JSON
 # starts with '{"decision_key":').
@@ -77,7 +77,7 @@ def _stored(verdict: Verdict) -> str:
     return _json_text(fields)
 
 
-def _json_value(raw: str) -> Any:
+def _json_value(raw: str | bytes) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -85,6 +85,12 @@ def _json_value(raw: str) -> Any:
             return json.loads(raw)  # an escaped lone surrogate (see `_json_text`)
         except ValueError:
             return None
+
+
+def stored_unit(raw: str | bytes) -> Any:
+    """What `ExactLayer.store_unit` kept, from its stored text; None if malformed."""
+    stored = _json_value(raw)
+    return stored.get("unit") if isinstance(stored, dict) else None
 
 
 def _verdict(raw: str) -> Verdict | None:
@@ -162,18 +168,14 @@ class ExactLayer:
         digest.update(body)
         return digest.hexdigest()
 
-    def lookup_units(self, keys: Sequence[str]) -> dict[str, Any]:
-        """What was stored for each unit key found (see `store_unit`).
+    def lookup_units(self, keys: Sequence[str]) -> dict[str, str]:
+        """The stored text of each unit key found, undecoded (`stored_unit` reads
+        it; the CLI hands it to the process that renders the unit as it is).
 
         Raises:
             CacheError: the lookup failed.
         """
-        found: dict[str, Any] = {}
-        for key, raw in self._cache.get_values(list(dict.fromkeys(keys))).items():
-            stored = _json_value(raw)
-            if isinstance(stored, dict) and "unit" in stored:
-                found[key] = stored["unit"]
-        return found
+        return self._cache.get_values(list(dict.fromkeys(keys)))
 
     def store_unit(self, key: str, stored: Any) -> None:
         """Store JSON for a unit (its rows' verdicts: the CLI renders them again).

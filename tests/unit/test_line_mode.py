@@ -461,3 +461,53 @@ def test_line_mode_replay_changes_only_the_verdicts_cached_field(
         {**o, "cached": w["cached"]} for o, w in zip(off, warm, strict=True)
     ] == warm
     assert all(w["cached"] for w in warm)
+
+
+def test_line_mode_replay_pool_renders_every_layout_as_the_cold_run(
+    tmp_path: Path,
+) -> None:
+    # Given 1,200 lines (19 units: rendered by the replay pool on a re-grade), most
+    # in the usual layout, some not: several samples on one line, other field
+    # names, a list of golds, a float, a blank line and a malformed one, each in
+    # a unit of its own and one unit holding several
+    records: list[Any] = [
+        {"response": f"\\boxed{{{i % 7}}}", "gold": str(i % 5)} for i in range(1200)
+    ]
+    records[70] = {"responses": ["\\boxed{1}", "\\boxed{2}", "3"], "gold": "2"}
+    records[200] = {"completion": "so \\boxed{4}", "answer": "4", "id": 200}
+    records[330] = {"response": "\\boxed{5}", "gold": ["6", "5"]}
+    records[460] = {"response": "\\boxed{0.5}", "gold": "1/2", "score": 0.25}
+    records[900:904] = [
+        {"outputs": ["\\boxed{1}", "x"], "target": "1"},
+        None,  # a blank line
+        "{not json",
+        {"response": 7, "gold": "7"},  # not text: the line's error
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_text(
+        "".join(
+            ("" if r is None else r if isinstance(r, str) else json.dumps(r)) + "\n"
+            for r in records
+        )
+    )
+    cache = ["--cache-dir", str(tmp_path / "cache"), "--processes", "2", "-q"]
+
+    def grade(name: str) -> tuple[list[dict[str, Any]], str]:
+        out = tmp_path / f"{name}.jsonl"
+        args = ["grade", str(source), "-o", str(out), *cache]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 3, result.output  # malformed lines: exit 3
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        return rows, result.output
+
+    cold, cold_said = grade("cold")
+    again, again_said = grade("again")
+    # Then the re-grade writes what the cold run wrote, `cached` aside, and
+    # reports the same malformed lines
+    assert len(again) == len(cold) == 1200 - 3 + 2 + 1
+    assert all(r["cached"] for r in again)
+    assert _without_cached(again) == _without_cached(cold)
+    assert [r["gradefleet_line"] for r in again[70:73]] == [71, 71, 71]
+    assert again_said == cold_said
+    assert "line 903" in again_said
+    assert "line 904" in again_said
