@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict
 
+import orjson
+
 from workers.errors import InvalidRequestError
 from workers.models import Verdict
 from workers.signing import Keyring
@@ -299,10 +301,32 @@ class TaskMeta:
         return self.status in RUNNING_STATES
 
 
+def _read_json(payload: bytes | str) -> Any:
+    """A result key's value as `json.loads` reads it, at orjson's speed where that
+    reads the same (half the stdlib's CPU, on the producer's one core: issue 11).
+
+    orjson refuses NaN and escaped lone surrogates (verdict text may echo one), and
+    reads an integer beyond 64 bits as a float; the only integers a result's
+    reading depends on are its items' indexes, so a result with an index that is
+    not an int is read by the stdlib instead.
+    """
+    try:
+        meta = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload)
+    result = meta.get("result") if type(meta) is dict else None
+    items = result.get("results") if type(result) is dict else None
+    if type(items) is list and not all(
+        type(item) is dict and type(item.get("index")) is int for item in items
+    ):
+        return json.loads(payload)
+    return meta
+
+
 def read_task_meta(payload: bytes | str) -> TaskMeta:
     """Parse a result key's value (any state; never raises on a bad result)."""
     try:
-        meta = json.loads(payload)
+        meta = _read_json(payload)
     except ValueError:
         return TaskMeta(status="", failure="result key holds no JSON")
     if not isinstance(meta, Mapping):

@@ -4,6 +4,7 @@ trips in every state, and no other module spells a key."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -86,6 +87,28 @@ def test_protocol_result_json_is_json_dumps_of_result_to_wire(
     assert text == json.dumps(wire)
     if signed and digest is not None:
         assert "mac" in wire
+
+
+@pytest.mark.parametrize(
+    ("index", "extracted"),
+    [
+        (1, "x \u00e9 \u2211"),  # the usual: orjson reads it
+        (1, "a \ud800 lone surrogate"),  # escaped in the JSON: orjson refuses it
+        (2**64 + 1, "7"),  # orjson would read the index as a float
+    ],
+    ids=["usual", "lone-surrogate", "huge-index"],
+)
+def test_protocol_result_reads_as_the_stdlib_reads_it(
+    index: int, extracted: str
+) -> None:
+    # Given a SUCCESS whose verdict text or index orjson reads otherwise
+    verdict = dataclasses.replace(_verdict(1), extracted=extracted)
+    text = result_json(job_id="j", batch_id="j.0", results=[(index, verdict)])
+    payload = task_meta("SUCCESS", text, "j.0").encode()
+    # Then it reads exactly as `json.loads` reads it
+    meta = read_task_meta(payload)
+    assert meta.results == [(index, verdict)]
+    assert meta.envelope == json.loads(payload)["result"]
 
 
 def test_protocol_progress_and_started_envelopes_are_running() -> None:
