@@ -511,3 +511,23 @@ def test_line_mode_replay_pool_renders_every_layout_as_the_cold_run(
     assert again_said == cold_said
     assert "line 903" in again_said
     assert "line 904" in again_said
+
+
+def test_line_mode_cold_file_of_several_chunks_is_stored_whole(
+    tmp_path: Path,
+) -> None:
+    # Given 3,000 new lines (a first chunk of 2,048: 32 units; then 15 units)
+    records = [
+        {"response": f"\\boxed{{{i % 11}}}", "gold": str(i % 4)} for i in range(3000)
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    cold = _cli_grade(source, tmp_path / "cold.jsonl", *cache)
+    # Then every unit of both chunks is stored under the key the CLI looks up: a
+    # re-grade renders all 3,000 rows from the cache, as the cold run wrote them
+    assert _cache_rows(tmp_path / "cache") == 47
+    warm = _cli_grade(source, tmp_path / "warm.jsonl", *cache)
+    assert all(r["cached"] for r in warm)
+    assert not any(r["cached"] for r in cold)
+    assert _without_cached(warm) == _without_cached(cold)
