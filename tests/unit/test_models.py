@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
-from workers.models import ExtractionMethod, Status, Verdict, VerifyMethod
+from workers.models import (
+    VERDICT_FIELDS,
+    ExtractionMethod,
+    Status,
+    Verdict,
+    VerifyMethod,
+)
 
 
 def test_models_verdict_round_trips_every_enum_value():
@@ -29,6 +36,33 @@ def test_models_verdict_round_trips_every_enum_value():
         assert type(back.status) is Status
         assert type(back.extraction_method) is ExtractionMethod
         assert type(back.verify_method) is VerifyMethod
+
+
+def test_models_verdict_from_dict_builds_what_the_constructor_builds():
+    # Given a verdict whose every field holds a value no other field holds
+    verdict = Verdict(
+        correct=True,
+        status=Status.CORRECT,
+        format_valid=True,
+        extracted="extracted",
+        extraction_method=ExtractionMethod.BOXED,
+        canonical_pred="pred",
+        canonical_gold="gold",
+        verify_method=VerifyMethod.SYMBOLIC,
+        reason="reason",
+        grader_version="version",
+        cached=True,
+    )
+    # Then reading its dict back gives every field in its place: an equal,
+    # equally hashed, still frozen verdict
+    back = Verdict.from_dict(verdict.to_dict())
+    assert {f: getattr(back, f) for f in VERDICT_FIELDS} == {
+        f: getattr(verdict, f) for f in VERDICT_FIELDS
+    }
+    assert back == verdict
+    assert hash(back) == hash(verdict)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.reason = "changed"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
