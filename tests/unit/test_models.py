@@ -38,7 +38,7 @@ def test_models_verdict_round_trips_every_enum_value():
         assert type(back.verify_method) is VerifyMethod
 
 
-def test_models_verdict_from_dict_builds_what_the_constructor_builds():
+def test_models_verdict_from_dict_builds_what_the_constructor_builds() -> None:
     # Given a verdict whose every field holds a value no other field holds
     verdict = Verdict(
         correct=True,
