@@ -17,10 +17,10 @@ from workers.errors import CacheError
 from workers.exact_cache import ExactLayer
 from workers.models import (
     TRANSIENT_STATUSES,
-    ExtractionMethod,
     GradeOptions,
-    Status,
+    OwnFields,
     Verdict,
+    build_verdict,
 )
 from workers.sandbox import ItemPrep, ItemResult, Selector
 
@@ -140,7 +140,7 @@ class _BatchRun:
         self._items = items
         self._key_of = cache_keyer(verifier.GRADER_VERSION, options)  # encoded once
         self._digests: list[str | None] = [None] * len(items)
-        self._found: dict[str, Verdict] = {}  # digest -> verdict read from the cache
+        self._found: dict[str, dict[str, Any]] = {}  # digest -> its cache entry
         self._deciding: dict[str, int] = {}  # digest -> the position deciding it
 
     def select(self, positions: Sequence[int], preps: Sequence[ItemPrep]) -> list[bool]:
@@ -177,8 +177,7 @@ class _BatchRun:
             log.warning("result cache lookup failed, grading without cache: %s", exc)
             self._cache = None
             return
-        for digest, entry in found.items():
-            self._found[digest] = _entry_verdict(entry)
+        self._found.update(found)
         self._observer.cache_lookup(hits=len(found), misses=len(digests) - len(found))
 
     def finish(self, results: Sequence[ItemResult]) -> list[tuple[int, Verdict]]:
@@ -191,7 +190,7 @@ class _BatchRun:
                 verdict, seconds = result.verdict, result.duration_s
             elif digest in self._found:
                 assert result.prep is not None
-                verdict = _with_own_fields(self._found[digest], result.prep, True)
+                verdict = verdict_from_entry(self._found[digest], result.prep, True)
                 seconds = 0.0
             else:
                 assert result.prep is not None
@@ -222,47 +221,22 @@ class _BatchRun:
             log.warning("result cache store failed, results not cached: %s", exc)
 
 
-class OwnFields(Protocol):
-    """A response's own verdict fields (a `verifier.Prepared`, an `ItemPrep`)."""
-
-    @property
-    def extracted(self) -> str | None: ...
-
-    @property
-    def extraction_method(self) -> ExtractionMethod: ...
-
-    @property
-    def format_valid(self) -> bool: ...
-
-
 def _with_own_fields(verdict: Verdict, own: OwnFields, cached: bool) -> Verdict:
     """`verdict` with this response's own per-response fields (and `cached`).
 
-    Same as `verdict.replace(...)`, spelled out: `dataclasses.replace` costs several
-    times a direct construction, once per item of every batch (cache hits included).
+    Same as `verdict.replace(...)`, built in one go (`build_verdict`):
+    `dataclasses.replace` costs several times that, once per in-batch copy.
     """
-    return Verdict(
-        correct=verdict.correct,
-        status=verdict.status,
-        format_valid=own.format_valid,
-        extracted=own.extracted,
-        extraction_method=own.extraction_method,
-        canonical_pred=verdict.canonical_pred,
-        canonical_gold=verdict.canonical_gold,
-        verify_method=verdict.verify_method,
-        reason=verdict.reason,
-        grader_version=verdict.grader_version,
-        cached=cached,
+    return build_verdict(
+        verdict.correct,
+        verdict.status,
+        own.format_valid,
+        own.extracted,
+        own.extraction_method,
+        verdict.canonical_pred,
+        verdict.canonical_gold,
+        verdict.verify_method,
+        verdict.reason,
+        verdict.grader_version,
+        cached,
     )
-
-
-def _entry_verdict(entry: dict[str, Any]) -> Verdict:
-    """A verdict from a cache entry; per-response fields are filled in later."""
-    blank = Verdict(
-        correct=False,
-        status=Status.ERROR,
-        format_valid=False,
-        extracted=None,
-        extraction_method=ExtractionMethod.NONE,
-    )
-    return verdict_from_entry(entry, blank)

@@ -29,8 +29,10 @@ from workers.models import (
     TRANSIENT_STATUSES,
     VERIFY_METHOD_BY_VALUE,
     GradeOptions,
+    OwnFields,
     Status,
     Verdict,
+    build_verdict,
 )
 
 __all__ = [
@@ -138,25 +140,28 @@ def _decode_entry(raw: bytes | str | None) -> dict[str, Any] | None:
     return entry if _valid_entry(entry) else None
 
 
-def verdict_from_entry(entry: Mapping[str, Any], per_response: Verdict) -> Verdict:
-    """Answer fields from `entry`, everything per-response from `per_response`.
+def verdict_from_entry(
+    entry: Mapping[str, Any], own: OwnFields, cached: bool
+) -> Verdict:
+    """The verdict of a response whose answer has `entry` (a valid one, as
+    `get_many` returns; an unknown status or verify method raises KeyError): the
+    entry's answer fields, the response's `own` ones.
 
-    `entry` must be a valid one (as `get_many` returns): an unknown status or verify
-    method raises KeyError. Same as `per_response.replace(...)`, spelled out:
-    `dataclasses.replace` costs several times a direct construction, once per cache hit.
+    One construction (`build_verdict`), once per cache hit: not a verdict built
+    from the entry and then `replace`d.
     """
-    return Verdict(
-        correct=entry["correct"],
-        status=STATUS_BY_VALUE[entry["status"]],
-        format_valid=per_response.format_valid,
-        extracted=per_response.extracted,
-        extraction_method=per_response.extraction_method,
-        canonical_pred=entry["canonical_pred"],
-        canonical_gold=entry["canonical_gold"],
-        verify_method=VERIFY_METHOD_BY_VALUE[entry["verify_method"]],
-        reason=entry["reason"],
-        grader_version=entry["grader_version"],
-        cached=per_response.cached,
+    return build_verdict(
+        entry["correct"],
+        STATUS_BY_VALUE[entry["status"]],
+        own.format_valid,
+        own.extracted,
+        own.extraction_method,
+        entry["canonical_pred"],
+        entry["canonical_gold"],
+        VERIFY_METHOD_BY_VALUE[entry["verify_method"]],
+        entry["reason"],
+        entry["grader_version"],
+        cached,
     )
 
 

@@ -165,30 +165,27 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        # What `cls(**fields)` builds, at half its cost: a frozen dataclass's
-        # __init__ sets each field through `object.__setattr__` (1.35 us of the
-        # 1.6 this took), and every verdict that crosses a process is read here,
-        # on the producer's one core among others (issue 11). The slots' own
-        # setters skip only the frozen check, which is there for callers.
-        verdict = _new_object(cls)
-        _set_correct(verdict, bool(data["correct"]))
-        _set_status(verdict, _member(STATUS_BY_VALUE, data["status"], "Status"))
-        _set_format_valid(verdict, bool(data["format_valid"]))
-        _set_extracted(verdict, data.get("extracted"))
-        method = data.get("extraction_method", "none")
-        _set_extraction_method(
-            verdict, _member(EXTRACTION_METHOD_BY_VALUE, method, "ExtractionMethod")
+        return build_verdict(
+            bool(data["correct"]),
+            _member(STATUS_BY_VALUE, data["status"], "Status"),
+            bool(data["format_valid"]),
+            data.get("extracted"),
+            _member(
+                EXTRACTION_METHOD_BY_VALUE,
+                data.get("extraction_method", "none"),
+                "ExtractionMethod",
+            ),
+            data.get("canonical_pred"),
+            data.get("canonical_gold"),
+            _member(
+                VERIFY_METHOD_BY_VALUE,
+                data.get("verify_method", "none"),
+                "VerifyMethod",
+            ),
+            str(data.get("reason", "")),
+            str(data.get("grader_version", "")),
+            bool(data.get("cached", False)),
         )
-        _set_canonical_pred(verdict, data.get("canonical_pred"))
-        _set_canonical_gold(verdict, data.get("canonical_gold"))
-        verify = data.get("verify_method", "none")
-        _set_verify_method(
-            verdict, _member(VERIFY_METHOD_BY_VALUE, verify, "VerifyMethod")
-        )
-        _set_reason(verdict, str(data.get("reason", "")))
-        _set_grader_version(verdict, str(data.get("grader_version", "")))
-        _set_cached(verdict, bool(data.get("cached", False)))
-        return verdict
 
     def replace(self, **changes: Any) -> Verdict:
         return dataclasses.replace(self, **changes)
@@ -197,8 +194,8 @@ class Verdict:
 # The verdict's fields, named once: every consumer (the cache's entries, the CLI's
 # output lines, the copies a batch hands to duplicate answers) takes its list here.
 VERDICT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Verdict))
-# Each field's slot setter, in field order (see `Verdict.from_dict`): a field added
-# fails this unpacking at import, one moved the round trip in tests/unit/test_models.
+# Each field's slot setter, in field order (see `build_verdict`): a field added fails
+# this unpacking at import, one moved the round trip in tests/unit/test_models.
 (
     _set_correct,
     _set_status,
@@ -213,6 +210,59 @@ VERDICT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Verdi
     _set_cached,
 ) = (getattr(Verdict, name).__set__ for name in VERDICT_FIELDS)
 _new_object = object.__new__
+
+
+def build_verdict(
+    correct: bool,
+    status: Status,
+    format_valid: bool,
+    extracted: str | None,
+    extraction_method: ExtractionMethod,
+    canonical_pred: str | None,
+    canonical_gold: str | None,
+    verify_method: VerifyMethod,
+    reason: str,
+    grader_version: str,
+    cached: bool,
+    /,
+) -> Verdict:
+    """`Verdict(...)` of every field, in field order, at half its cost.
+
+    A frozen dataclass's __init__ sets each field through `object.__setattr__`
+    (1.35 us for a verdict), and verdicts are built several times a rollout outside
+    the verifier: read from a process's reply, rebuilt from a cache entry, copied
+    for a duplicate (issue 11). The slots' own setters skip only the frozen check,
+    which is there for callers; like the constructor, nothing is validated.
+    """
+    verdict = _new_object(Verdict)
+    _set_correct(verdict, correct)
+    _set_status(verdict, status)
+    _set_format_valid(verdict, format_valid)
+    _set_extracted(verdict, extracted)
+    _set_extraction_method(verdict, extraction_method)
+    _set_canonical_pred(verdict, canonical_pred)
+    _set_canonical_gold(verdict, canonical_gold)
+    _set_verify_method(verdict, verify_method)
+    _set_reason(verdict, reason)
+    _set_grader_version(verdict, grader_version)
+    _set_cached(verdict, cached)
+    return verdict
+
+
+class OwnFields(Protocol):
+    """A response's own verdict fields (a `verifier.Prepared`, a sandbox's
+    `ItemPrep`, a `Verdict`): they differ between responses with the same answer."""
+
+    @property
+    def extracted(self) -> str | None: ...
+
+    @property
+    def extraction_method(self) -> ExtractionMethod: ...
+
+    @property
+    def format_valid(self) -> bool: ...
+
+
 # Read from the response itself: they differ between responses with the same answer.
 PER_RESPONSE_FIELDS = ("format_valid", "extracted", "extraction_method")
 # Decided by (grader version, options, canonical answer, gold): what the cache stores.

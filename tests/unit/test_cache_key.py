@@ -97,7 +97,7 @@ def test_cache_entry_rebuilds_with_per_response_fields_of_the_item() -> None:
         status=Status.WRONG,
         correct=False,
     )
-    rebuilt = verdict_from_entry(cache_entry(VERDICT), other)
+    rebuilt = verdict_from_entry(cache_entry(VERDICT), other, other.cached)
     assert rebuilt == dataclasses.replace(
         VERDICT,
         extracted="0.5",
@@ -295,7 +295,7 @@ def test_verdict_from_entry_equals_replace_for_every_status_and_method(
         canonical_gold=entry["canonical_gold"],
         grader_version=entry["grader_version"],
     )
-    rebuilt = verdict_from_entry(entry, per_response)
+    rebuilt = verdict_from_entry(entry, per_response, cached)
     assert rebuilt == expected
     assert type(rebuilt.status) is Status
     assert type(rebuilt.verify_method) is VerifyMethod
