@@ -7,6 +7,7 @@ Entry points call `prepare_multiprocess_dir()` first, before any metric exists, 
 
 from __future__ import annotations
 
+import collections
 import os
 import socket
 import threading
@@ -226,6 +227,20 @@ class WorkerMetrics:
         if not verdict.format_valid:
             self._format_invalid.inc()
         self._grade_duration.observe(max(duration_s, 0.0))
+
+    def items_graded(self, graded: Sequence[tuple[Verdict, float]]) -> None:
+        """`item_graded` of each (verdict, seconds), a counter moved once per
+        status: each move is a locked write to the multiprocess files, about 1 us
+        an item of a prefork child's CPU (issue 11)."""
+        statuses = collections.Counter(verdict.status for verdict, _s in graded)
+        for status, count in statuses.items():
+            self._graded[status].inc(count)
+        invalid = sum(not verdict.format_valid for verdict, _s in graded)
+        if invalid:
+            self._format_invalid.inc(invalid)
+        observe = self._grade_duration.observe
+        for _verdict, duration_s in graded:
+            observe(max(duration_s, 0.0))
 
     def cache_lookup(self, *, hits: int, misses: int) -> None:
         """Count one batch's cache lookups."""

@@ -50,8 +50,7 @@ class TaskObserver:
 
     def commit(self) -> None:
         """Count the items graded since the last commit."""
-        for verdict, duration_s in self._uncommitted:
-            self.metrics.item_graded(verdict, duration_s)
+        self.metrics.items_graded(self._uncommitted)
         self._uncommitted.clear()
 
     def discard(self) -> None:

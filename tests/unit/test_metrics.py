@@ -67,12 +67,21 @@ def test_metrics_every_bounded_label_starts_at_zero(registry, metrics):
     assert registry.get_sample_value("gradefleet_workers_busy") == 0.0
 
 
-def test_metrics_counts_per_status(registry, metrics):
-    # Given a known mix of verdicts, three of them without a valid format
+@pytest.mark.parametrize("at_once", [False, True], ids=["each", "at-once"])
+def test_metrics_counts_per_status(registry, metrics, at_once):
+    # Given a known mix of verdicts, three of them without a valid format, counted
+    # one by one or all at once (as a batch commits them)
     mix = {Status.CORRECT: 5, Status.WRONG: 3, Status.TIMEOUT: 2, Status.ERROR: 1}
-    for status, n in mix.items():
-        for i in range(n):
-            metrics.item_graded(_verdict(status, format_valid=i != 0), 0.002)
+    graded = [
+        (_verdict(status, format_valid=i != 0), 0.002)
+        for status, n in mix.items()
+        for i in range(n)
+    ]
+    if at_once:
+        metrics.items_graded(graded)
+    else:
+        for verdict, seconds in graded:
+            metrics.item_graded(verdict, seconds)
     # Then each status counts exactly its verdicts; the others stay 0
     for status in Status:
         assert _graded(registry, status.value) == float(mix.get(status, 0))
