@@ -444,14 +444,15 @@ class _FleetGrader(GraderBase):
         job = self._client.submit(rollouts, deadline_s=deadline_s, options=options)
         verdicts: list[Verdict | None] = [None] * len(rollouts)
         try:
-            for index, verdict in job.as_completed():
-                verdicts[index] = verdict
+            for arrived in job.arrivals():
+                for index, verdict in arrived:
+                    verdicts[index] = verdict
                 if on_progress is not None:
-                    on_progress(1)
+                    on_progress(len(arrived))
         except JobCutShortError as exc:  # deadline, or a broker refusing writes
             exc.partial = verdicts  # the caller may keep what did arrive
             raise
-        # as_completed() ends only once every index has a verdict (else it raises).
+        # arrivals() ends only once every index has a verdict (else it raises).
         return [v for v in verdicts if v is not None]
 
     def close(self) -> None:

@@ -344,11 +344,23 @@ class GradingJob:
         Raises:
             DeadlinePassedError: the job deadline or `timeout_s` passed first.
         """
+        for arrived in self.arrivals(timeout_s):
+            yield from arrived
+
+    def arrivals(
+        self, timeout_s: float | None = None
+    ) -> Iterator[list[tuple[int, Verdict]]]:
+        """`as_completed`, a list at a time: what each look at the broker found
+        (a caller that counts progress counts once a list, not once a rollout).
+
+        Raises:
+            DeadlinePassedError: the job deadline or `timeout_s` passed first.
+        """
         limit = self._limit(timeout_s)
         while True:
             if self._ready:
                 fresh, self._ready = self._ready, []
-                yield from fresh
+                yield fresh
                 continue
             if self._done >= self.total:
                 self._forget([self._done_key])
