@@ -63,6 +63,10 @@ _MAX_FAILURES = 3
 # Longest wait on the done list between polls: bounds how late a failure (stored by
 # Celery, which pushes no id), a heartbeat or a worker of an older version is seen.
 _WAIT_MAX_S = 0.25
+# A window is published this many batches at a time (one Redis round trip and a
+# message each): the fleet starts on the first while the rest are encoded. In one
+# go, a chunk's 36 batches of 512 took 0.26 s to go out, the fleet idle (issue 11).
+_PUBLISH_GROUP_BATCHES = 4
 _RESEND_CHECK_S = 0.25
 _RESTART_CHECK_S = 1.0
 # What a failed publish raises: the job tries again at its next poll.
@@ -488,21 +492,21 @@ class GradingJob:
         publishes the rest later, as after any failed publish.
         """
         batches = self._batches[self._sent : self._sent + max(room, 0)]
-        if not batches:
-            return
-        try:
-            self._publish(batches)
-        except _PUBLISH_ERRORS:
-            # Those published before the failure are out (in order): count them,
-            # or their results would never be read.
-            went = sum(1 for batch in batches if batch.sent_at)
-            self._sent += went
-            self._in_flight += went
-            if raise_errors and not went:
-                raise
-            return  # broker down or refusing: the next poll tries again
-        self._sent += len(batches)
-        self._in_flight += len(batches)
+        for start in range(0, len(batches), _PUBLISH_GROUP_BATCHES):
+            group = batches[start : start + _PUBLISH_GROUP_BATCHES]
+            try:
+                self._publish(group)
+            except _PUBLISH_ERRORS:
+                # Those published before the failure are out (in order): count
+                # them, or their results would never be read.
+                went = sum(1 for batch in group if batch.sent_at)
+                self._sent += went
+                self._in_flight += went
+                if raise_errors and not went and start == 0:
+                    raise
+                return  # broker down or refusing: the next poll tries again
+            self._sent += len(group)
+            self._in_flight += len(group)
 
     def _on_meta(self, batch: Batch, meta: TaskMeta) -> list[tuple[int, Verdict]]:
         batch.state = meta.status
