@@ -7,6 +7,7 @@ imported) and reads results straight from Celery's Redis result keys with MGET.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -175,6 +176,18 @@ class GradingClient:
         self._board = JobBoard(self._broker_redis, ttl_s=job_ttl_s)
         self._run_id = ServerRunId(self._results)
         self.refused_limit_s = refused_limit_s
+        # Celery imports its transport and builds its producer pool on the first
+        # publish (0.3 s here): begun now, in a thread, it overlaps the caller's
+        # reading of its first rollouts (issue 11). `_publish` waits for it.
+        self._warm = threading.Thread(
+            target=self._warm_up, name="gradefleet-warm-up", daemon=True
+        )
+        self._warm.start()
+
+    def _warm_up(self) -> None:
+        # Connects nothing: any error shows on the first publish, as it would have.
+        with contextlib.suppress(Exception), self._app.producer_or_acquire():
+            pass
 
     def __enter__(self) -> GradingClient:
         return self
@@ -192,6 +205,7 @@ class GradingClient:
         and release broker and backend connections."""
         self._board.close()
         self._clients.close()
+        self._warm.join()
         self._app.close()
 
     def grade(
@@ -287,6 +301,7 @@ class GradingClient:
         Raises:
             BrokerUnavailableError: the broker cannot be reached.
         """
+        self._warm.join()
         sent = 0
         try:
             wires = self._store_items(job_id, batches, options)
