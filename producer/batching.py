@@ -45,6 +45,7 @@ from workers.models import Status, Verdict
 
 __all__ = [
     "GOLD_FIELDS",
+    "IO_BUFFER_BYTES",
     "LINE_FIELD",
     "MAX_LINE_BYTES",
     "RESPONSE_FIELDS",
@@ -73,6 +74,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+# Input and output files are read and written this much at a time: with 8 KiB (the
+# default), a 60 MB file took 7,500 reads and as many writes, each a hand-off of
+# the GIL among the CLI's threads (31,000 futex calls on 60,760 rollouts, issue 11).
+IO_BUFFER_BYTES = 1 << 20
 DEFAULT_SPEC = FieldSpec()
 
 # The verdict fields written to each output line: the canonical answer too (`report`
@@ -435,7 +440,9 @@ def atomic_output(path: str) -> Iterator[IO[str]]:
         return
     with (
         atomic_path(path) as tmp_name,
-        open(tmp_name, "w", encoding="utf-8", newline="\n") as handle,
+        open(
+            tmp_name, "w", encoding="utf-8", newline="\n", buffering=IO_BUFFER_BYTES
+        ) as handle,
     ):
         yield handle
         handle.flush()

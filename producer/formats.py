@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from producer.batching import (
+    IO_BUFFER_BYTES,
     LineError,
     atomic_output,
     atomic_path,
@@ -110,7 +111,7 @@ def _jsonl_stream(path: str) -> Iterator[IO[bytes]]:
     if path == "-":
         yield sys.stdin.buffer  # left open: it is not ours
         return
-    with open(path, "rb") as handle:
+    with open(path, "rb", buffering=IO_BUFFER_BYTES) as handle:
         yield handle
 
 
