@@ -118,7 +118,9 @@ class GradeOptions:
     rel_tol: float = 1e-6
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Not `dataclasses.asdict` (~10 us, deep-copying): the fields are scalars,
+        # and options are encoded for every batch a worker grades (issue 11).
+        return {name: getattr(self, name) for name in _OPTION_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> GradeOptions:
@@ -129,6 +131,9 @@ class GradeOptions:
         if unknown:
             raise ValueError(f"unknown grade options: {sorted(unknown)}")
         return cls(**dict(data))
+
+
+_OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(GradeOptions))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -111,3 +111,12 @@ def test_models_verdict_field_lists_partition_the_verdict() -> None:
     assert sorted([*ANSWER_FIELDS, *PER_RESPONSE_FIELDS, "cached"]) == sorted(
         VERDICT_FIELDS
     )
+
+
+def test_models_options_to_dict_is_asdict() -> None:
+    # Every field, in field order (cache keys and the wire are built from it)
+    from workers.models import GradeOptions
+
+    options = GradeOptions(allow_fallback=False, approximate=True, rel_tol=1e-3)
+    assert list(options.to_dict().items()) == list(dataclasses.asdict(options).items())
+    assert GradeOptions.from_dict(options.to_dict()) == options
