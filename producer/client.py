@@ -178,8 +178,9 @@ class GradingClient:
         self._run_id = ServerRunId(self._results)
         self.refused_limit_s = refused_limit_s
         # Celery imports its transport and builds its producer pool on the first
-        # publish (0.3 s here): begun now, in a thread, it overlaps the caller's
-        # reading of its first rollouts (issue 11). `_publish` waits for it.
+        # publish (0.1 s among the CLI's busy threads, the fleet idle): begun now,
+        # in a thread, it overlaps the caller's reading of its first rollouts
+        # (issue 11). `_publish` waits for it.
         self._warm = threading.Thread(
             target=self._warm_up, name="gradefleet-warm-up", daemon=True
         )
