@@ -37,6 +37,7 @@ __all__ = [
     "attempts_key",
     "batch_items_key",
     "claim_key",
+    "indexes_read_alike",
     "job_board_key",
     "job_done_key",
     "job_entry_key",
@@ -301,24 +302,31 @@ class TaskMeta:
         return self.status in RUNNING_STATES
 
 
+def indexes_read_alike(items: object) -> bool:
+    """Whether orjson read `items` (a batch's items, or a result's) as `json.loads`
+    does: a list of objects whose indexes are ints.
+
+    orjson refuses NaN and escaped lone surrogates (model text and verdict text may
+    hold one), and reads an integer beyond 64 bits as a float; of an item's fields
+    only `index` is a number, so orjson's reading is kept when every index is an int
+    and the stdlib reads the payload otherwise.
+    """
+    return type(items) is list and all(
+        type(item) is dict and type(item.get("index")) is int for item in items
+    )
+
+
 def _read_json(payload: bytes | str) -> Any:
     """A result key's value as `json.loads` reads it, at orjson's speed where that
-    reads the same (half the stdlib's CPU, on the producer's one core: issue 11).
-
-    orjson refuses NaN and escaped lone surrogates (verdict text may echo one), and
-    reads an integer beyond 64 bits as a float; the only integers a result's
-    reading depends on are its items' indexes, so a result with an index that is
-    not an int is read by the stdlib instead.
-    """
+    reads the same (half the stdlib's CPU, on the producer's one core: issue 11;
+    see `indexes_read_alike`)."""
     try:
         meta = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return json.loads(payload)
     result = meta.get("result") if type(meta) is dict else None
     items = result.get("results") if type(result) is dict else None
-    if type(items) is list and not all(
-        type(item) is dict and type(item.get("index")) is int for item in items
-    ):
+    if type(items) is list and not indexes_read_alike(items):
         return json.loads(payload)
     return meta
 
