@@ -158,6 +158,8 @@ def load_resumable(
 
 
 def _reusable(row: InputRow, kept: dict[RowKey, tuple[str, Verdict]]) -> bool:
+    if not kept:  # no --resume: no row key to build, a row each, twice
+        return False
     stored = kept.get(_row_key(row.line_no, row.record))
     return stored is not None and stored[0] == row.response
 
@@ -261,16 +263,13 @@ def _grade_row_chunks(
             if isinstance(bad_row, LineError):
                 errors(bad_row)
                 advance(1)
-        if not kept:  # no --resume: every row was graded (no lookup a row)
-            verdicts = list(graded_verdicts)
-        else:
-            graded = iter(graded_verdicts)
-            verdicts = [
-                kept[_row_key(row.line_no, row.record)][1]
-                if _reusable(row, kept)
-                else next(graded)
-                for row in rows
-            ]
+        graded = iter(graded_verdicts)
+        verdicts = [
+            kept[_row_key(row.line_no, row.record)][1]
+            if _reusable(row, kept)
+            else next(graded)
+            for row in rows
+        ]
         put((rows, verdicts, len(rows) - len(graded_verdicts)))
 
 
@@ -287,7 +286,7 @@ def _one_at_a_time(advance: Progress) -> Progress:
 
 def _graded_here(row: InputRow | LineError, kept: dict[Any, Any]) -> bool:
     """A row to grade: not a malformed line, nor a row `--resume` keeps."""
-    return isinstance(row, InputRow) and not (kept and _reusable(row, kept))
+    return isinstance(row, InputRow) and not _reusable(row, kept)
 
 
 def _chunks(
