@@ -75,19 +75,11 @@ def line_unit(
     lines: Sequence[Line], spec: FieldSpec, options: GradeOptions
 ) -> tuple[Any, bytes]:
     """The unit a worker grades `lines` from: (line number, raw bytes) each."""
-    return _line_unit(lines, _unit_head(spec, options))
-
-
-def _unit_head(spec: FieldSpec, options: GradeOptions) -> dict[str, Any]:
-    # Built once a chunk: `options.to_dict()` is `dataclasses.asdict`, ~15 us.
-    return {"spec": [spec.response, spec.gold], "options": options.to_dict()}
-
-
-def _line_unit(lines: Sequence[Line], head: dict[str, Any]) -> tuple[Any, bytes]:
     meta = {
         "numbers": [line_no for line_no, _raw in lines],
         "sizes": [len(raw) for _no, raw in lines],
-        **head,
+        "spec": [spec.response, spec.gold],
+        "options": options.to_dict(),
     }
     return meta, b"".join(raw for _no, raw in lines)
 
@@ -126,13 +118,20 @@ def _render(
 ) -> tuple[dict[str, Any], bytes]:
     """The output lines of rows with their verdicts (`verdict_values`), and their
     totals."""
+    graded = (
+        graded_values(row, values) for row, values in zip(rows, value_rows, strict=True)
+    )
+    return _rendered(value_rows, graded)
+
+
+def _rendered(
+    value_rows: Sequence[Sequence[Any]], graded: Iterable[dict[str, Any]]
+) -> tuple[dict[str, Any], bytes]:
+    """The totals of verdicts given as `verdict_values`, and their output objects
+    as lines."""
     summary = Summary()
     summary.count_values(value_rows)
-    out = b"".join(
-        dump_line_bytes(graded_values(row, values))
-        for row, values in zip(rows, value_rows, strict=True)
-    )
-    return summary.totals(), out
+    return summary.totals(), b"".join(map(dump_line_bytes, graded))
 
 
 def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
@@ -186,15 +185,14 @@ def replay_line_unit(
     if records is not None:  # the usual file: no `InputRow`s (~1.5 us a row)
         if len(records) != len(value_rows):
             return None
-        summary = Summary()
-        summary.count_values(value_rows)
-        out = b"".join(
-            dump_line_bytes(grade_in_place(record, line_no, values))
+        graded = (
+            grade_in_place(record, line_no, values)
             for record, line_no, values in zip(
                 records, unit["numbers"], value_rows, strict=True
             )
         )
-        return {"totals": summary.totals(), "errors": []}, out
+        totals, out = _rendered(value_rows, graded)
+        return {"totals": totals, "errors": []}, out
     rows, errors = _unit_rows(unit, body)
     if len(rows) != len(value_rows):
         return None
@@ -274,9 +272,8 @@ class LineGrader:
     ) -> list[tuple[Sequence[Line], LineUnitResult | None]]:
         size = self._unit_lines
         units = [lines[start : start + size] for start in range(0, len(lines), size)]
-        head = _unit_head(self._spec, self._options)
         results = self._run_units(
-            [_line_unit(unit, head) for unit in units],
+            [line_unit(unit, self._spec, self._options) for unit in units],
             [len(unit) for unit in units],
             advance,
         )
