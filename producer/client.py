@@ -24,7 +24,12 @@ from producer.errors import BrokerRefusedError, BrokerUnavailableError, Producer
 from producer.job import Batch, GradingJob, OnDeadline, Progress, ServerRunId
 from producer.rollouts import validate_rollouts
 from producer.settings import DEFAULT_REFUSED_LIMIT_S
-from workers.connections import RedisClients, celery_endpoint, redis_client
+from workers.connections import (
+    RedisClients,
+    celery_endpoint,
+    redis_client,
+    transport_for,
+)
 from workers.contract import (
     GRADE_BATCH,
     WireBatch,
@@ -415,6 +420,7 @@ def _producer_app(broker_url: str) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_default_queue=queue_for(INTERACTIVE),
+        broker_transport=transport_for(broker_url, publish_only=True),
         broker_connection_retry_on_startup=False,
         # Plain JSON bodies: kombu's default base64 of the body (and the worker's
         # decode) is work for nothing; workers read each message's own

@@ -14,8 +14,7 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 from celery.worker import control
 
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
-from workers.broker import transport_for
-from workers.connections import celery_endpoint
+from workers.connections import celery_endpoint, transport_for
 from workers.contract import QUEUE
 from workers.kombu_fixes import closed_channels_fail_as_connection_errors
 from workers.lanes import LaneCycle

@@ -1,51 +1,85 @@
 """The broker transport: kombu's Redis transport, except that a broker refusing to
-write (out of memory, a read-only replica) is a lost connection, not a crash.
+write (out of memory, a read-only replica) is a lost connection, not a crash, and
+that a channel reuses one Redis client instead of building one per command.
 
 kombu counts Redis's `OutOfMemoryError` and `ReadOnlyError` as channel errors, which
 Celery's consumer does not survive: at `maxmemory` the worker died on its first
 delivery or ack ("Unrecoverable error"). As connection errors they make the consumer
 reconnect with Celery's back-off until the broker accepts writes again (memory freed,
 or the client reconnected to a new master), as for a broker restart.
+
+Each delivery and each ack made kombu build a `redis.Redis` over the channel's pool
+(`Channel.conn_or_acquire`), and so did each publish: with redis-py 8 that is 14% of
+a worker's main process CPU per task (issue 11, `py-spy`). A client is a thin,
+thread-safe front to its pool; the channel keeps one per pool, so a pool kombu drops
+and rebuilds after a lost connection gets a new client with it.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
 from workers.refusals import BROKER_REFUSALS
-from workers.urls import is_sentinel_url
 
-__all__ = ["SentinelTransport", "Transport", "transport_for"]
+__all__ = [
+    "PublishTransport",
+    "SentinelPublishTransport",
+    "SentinelTransport",
+    "Transport",
+]
 
-# URL schemes served by kombu's plain Redis transport.
-_SCHEMES = frozenset({"redis", "rediss"})
+
+class _OneClient:
+    """A kombu Redis channel's synchronous client, built once per pool."""
+
+    _one_client: Any = None
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:  # built once already (kombu's cached `client`)
+            return super()._create_client(asynchronous=True)  # type: ignore[misc]
+        # `pool` first: after a lost connection it is built anew, or refused by
+        # `kombu_fixes` for a closed channel, exactly as for kombu's own clients.
+        pool = self.pool  # type: ignore[attr-defined]
+        client = self._one_client
+        if client is None or client.connection_pool is not pool:
+            client = self._one_client = super()._create_client()  # type: ignore[misc]
+        return client
 
 
-class Transport(kombu_redis.Transport):
-    """kombu's Redis transport with broker refusals as connection errors."""
+class Channel(_OneClient, kombu_redis.Channel):
+    """kombu's Redis channel with one client per pool."""
+
+
+class SentinelChannel(_OneClient, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel with one client per pool."""
+
+
+class PublishTransport(kombu_redis.Transport):
+    """kombu's Redis transport with one client per pool (a producer's: broker
+    refusals stay kombu's channel errors, which the producer reports itself)."""
+
+    Channel = Channel
+
+
+class SentinelPublishTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport with one client per pool (a producer's)."""
+
+    Channel = SentinelChannel
+
+
+class Transport(PublishTransport):
+    """A worker's Redis transport: broker refusals are connection errors too."""
 
     connection_errors = kombu_redis.Transport.connection_errors + BROKER_REFUSALS
 
 
-class SentinelTransport(kombu_redis.SentinelTransport):
-    """kombu's Sentinel transport with broker refusals as connection errors (a
+class SentinelTransport(SentinelPublishTransport):
+    """A worker's Sentinel transport: broker refusals are connection errors too (a
     READONLY reply from a demoted master: reconnecting asks the sentinels for the
     promoted one)."""
 
     connection_errors = (
         kombu_redis.SentinelTransport.connection_errors + BROKER_REFUSALS
     )
-
-
-def transport_for(broker_url: str) -> str | None:
-    """Celery's `broker_transport` for `broker_url` (ours, not kombu's form): this
-    module's transports for redis://, rediss:// and sentinel://, None (the URL's
-    own) for any other scheme."""
-    scheme = urlsplit(broker_url).scheme.lower()
-    if scheme in _SCHEMES:
-        return f"{__name__}:{Transport.__name__}"
-    if is_sentinel_url(broker_url):
-        return f"{__name__}:{SentinelTransport.__name__}"
-    return None

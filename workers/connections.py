@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import redis
 import redis.asyncio
@@ -34,6 +34,7 @@ __all__ = [
     "celery_endpoint",
     "control_app",
     "redis_client",
+    "transport_for",
 ]
 
 
@@ -126,6 +127,25 @@ def celery_endpoint(url: str) -> CeleryEndpoint:
     if parsed.sentinel_password:
         options["sentinel_kwargs"] = {"password": parsed.sentinel_password}
     return CeleryEndpoint(";".join(urls), options)
+
+
+# URL schemes served by kombu's plain Redis transport.
+_REDIS_SCHEMES = frozenset({"redis", "rediss"})
+
+
+def transport_for(broker_url: str, *, publish_only: bool = False) -> str | None:
+    """Celery's `broker_transport` for `broker_url` (ours, not kombu's form): a
+    `workers.broker` transport for redis://, rediss:// and sentinel:// (a worker's,
+    or with `publish_only` a producer's), None (the URL's own) for any other scheme.
+    By name: kombu is imported only where Celery loads it."""
+    scheme = urlsplit(broker_url).scheme.lower()
+    if scheme in _REDIS_SCHEMES:
+        name = "PublishTransport" if publish_only else "Transport"
+    elif is_sentinel_url(broker_url):
+        name = "SentinelPublishTransport" if publish_only else "SentinelTransport"
+    else:
+        return None
+    return f"workers.broker:{name}"
 
 
 def control_app(name: str, url: str) -> Celery:
