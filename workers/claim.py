@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 
 import redis
 from redis.exceptions import LockError
@@ -57,12 +58,10 @@ def claim_batch(
     waited_until = time.monotonic() + CLAIM_TTL_S + 1.0
     while True:
         try:
-            acquired = claim.acquire(blocking=False)
+            acquired, answered = _try_claim(claim, broker, results, task_id)
         except BROKER_REFUSALS:
             return None, None
-        # Checked after the claim is taken too: the holder stores its result
-        # before it drops the claim, so a claim found free may follow a result.
-        if result_stored(results, task_id):
+        if answered:
             if acquired:
                 release(claim)
             return None, ("answered", "its result is already stored")
@@ -71,6 +70,31 @@ def claim_batch(
         if time.monotonic() >= waited_until:
             return None, ("claimed", "another delivery of it is being graded")
         time.sleep(_POLL_S)
+
+
+def _try_claim(
+    claim: Lock, broker: redis.Redis[bytes], results: redis.Redis[bytes], task_id: str
+) -> tuple[bool, bool]:
+    """(whether the claim was taken, whether the batch's result is stored).
+
+    The result is read after the claim is taken: the holder stores its result
+    before it drops the claim, so a claim found free may follow a result. When
+    the result backend is the broker, both go in one round trip (a pipeline runs
+    in order): the SET NX of redis-py's `Lock.acquire`, under a token given to
+    the lock as `acquire` would have.
+    """
+    if results is not broker:
+        acquired = claim.acquire(blocking=False)
+        return acquired, result_stored(results, task_id)
+    token = uuid.uuid1().hex.encode()
+    pipe = broker.pipeline(transaction=False)
+    pipe.set(claim.name, token, nx=True, px=int(CLAIM_TTL_S * 1000))
+    head_end = len(_SUCCESS_HEAD) - 1
+    pipe.execute_command("GETRANGE", task_meta_key(task_id), 0, head_end)  # type: ignore[no-untyped-call]
+    taken, head = pipe.execute()
+    if taken:
+        claim.local.token = token  # what `Lock.release`/`reacquire` check against
+    return bool(taken), head == _SUCCESS_HEAD
 
 
 def renew(claim: Lock | None) -> None:
