@@ -94,6 +94,11 @@ class BatchGrader:
     `item_graded` reports the sandbox time for decided items and 0.0 for items that
     needed no decision (cache hits, in-batch copies). `cache_lookup` counts distinct
     keys. A `CacheError` is logged and the batch goes on without the cache.
+
+    With `hold_stores` (a fleet task, which grades its batch in several `grade`
+    calls), new cache entries are held, found by the next calls' lookups as if
+    stored, and written by `flush_stores` in one call: one round trip per task
+    instead of one per chunk.
     """
 
     def __init__(
@@ -103,17 +108,19 @@ class BatchGrader:
         cache: CacheBackend | None,
         observer: BatchObserver | None = None,
         exact: ExactLayer | None = None,
+        hold_stores: bool = False,
     ) -> None:
         self._sandbox = sandbox
         self._cache = cache
         self._observer: BatchObserver = observer or NullObserver()
         self._exact = exact
+        self._held: dict[str, dict[str, Any]] | None = {} if hold_stores else None
 
     def grade(
         self, items: Sequence[GradeItem], options: GradeOptions
     ) -> list[tuple[int, Verdict]]:
         """Grade `items`; returns (item.index, verdict) in the order of `items`."""
-        run = _BatchRun(self._cache, self._observer, items, options)
+        run = _BatchRun(self._cache, self._observer, items, options, self._held)
         pairs = [(item.response, item.gold) for item in items]
         results = self._sandbox.grade_selected(pairs, options, run.select)
         graded = run.finish(results)
@@ -123,6 +130,18 @@ class BatchGrader:
             except CacheError as exc:
                 log.warning("exact-response cache store failed: %s", exc)
         return graded
+
+    def flush_stores(self) -> None:
+        """Write the held cache entries (`hold_stores`); a failure is logged."""
+        if not self._held:
+            return
+        entries, self._held = self._held, {}
+        if self._cache is None:
+            return
+        try:
+            self._cache.set_many(entries)
+        except CacheError as exc:
+            log.warning("result cache store failed, results not cached: %s", exc)
 
 
 class _BatchRun:
@@ -134,10 +153,12 @@ class _BatchRun:
         observer: BatchObserver,
         items: Sequence[GradeItem],
         options: GradeOptions,
+        held: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self._cache = cache
         self._observer = observer
         self._items = items
+        self._held = held  # `BatchGrader.hold_stores`: entries not yet written
         self._key_of = cache_keyer(verifier.GRADER_VERSION, options)  # encoded once
         self._digests: list[str | None] = [None] * len(items)
         self._found: dict[str, dict[str, Any]] = {}  # digest -> its cache entry
@@ -171,8 +192,14 @@ class _BatchRun:
         goes without cache)."""
         if self._cache is None or not digests:
             return
+        found: dict[str, dict[str, Any]] = {}
+        if self._held:
+            found = {d: self._held[d] for d in digests if d in self._held}
         try:
-            found = self._cache.get_many(digests)
+            if len(found) < len(digests):
+                found.update(
+                    self._cache.get_many([d for d in digests if d not in found])
+                )
         except CacheError as exc:
             log.warning("result cache lookup failed, grading without cache: %s", exc)
             self._cache = None
@@ -214,6 +241,9 @@ class _BatchRun:
             if verdict is not None and verdict.status not in TRANSIENT_STATUSES:
                 entries[digest] = cache_entry(verdict)
         if self._cache is None or not entries:
+            return
+        if self._held is not None:
+            self._held.update(entries)
             return
         try:
             self._cache.set_many(entries)

@@ -133,7 +133,10 @@ def _grader(
             keyring=settings.keyring,
             on_rejected=observer.cache_rejected,
         )
-    return BatchGrader(sandbox=sandbox, cache=cache, observer=observer)
+    # A task's chunks hold their new entries; `tasks.BatchRun` writes them once.
+    return BatchGrader(
+        sandbox=sandbox, cache=cache, observer=observer, hold_stores=True
+    )
 
 
 def build_runtime(settings: WorkerSettings) -> WorkerRuntime:

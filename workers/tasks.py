@@ -117,12 +117,16 @@ class BatchRun:
             for it in self.request.items
             if it["index"] not in self.done
         ]
-        with self._heartbeat():
-            self._grade_or_stand_in(todo, attempts)
-        result = self._result_json()
-        OUTLAST_REFUSALS.call_with_retry(
-            lambda: self.progress.finish(result), self._refused
-        )
+        try:
+            with self._heartbeat():
+                self._grade_or_stand_in(todo, attempts)
+            result = self._result_json()
+            OUTLAST_REFUSALS.call_with_retry(
+                lambda: self.progress.finish(result), self._refused
+            )
+        finally:
+            # After the result is stored: its producer does not wait for the cache.
+            self.runtime.grader.flush_stores()
         observer.commit()
         self.runtime.metrics.batch_done(
             size=len(self.request.items),

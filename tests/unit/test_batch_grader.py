@@ -317,3 +317,60 @@ def test_batch_child_lost_mid_chunk_keeps_copies_and_cache(tmp_path: Path) -> No
             assert verdict == verifier.grade(item.response, item.gold, options=OPTIONS)
     # And the second run reads every decided answer from the cache
     assert [v.cached for _, v in again] == [True, True, False, True, True, True, True]
+
+
+class CountingCache:
+    """A real SQLite cache that counts the writes it is asked for."""
+
+    def __init__(self, path: Path) -> None:
+        self.inner = SqliteResultCache(path)
+        self.writes: list[int] = []
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        return self.inner.get_many(keys)
+
+    def set_many(self, entries: Mapping[str, dict[str, Any]]) -> None:
+        self.writes.append(len(entries))
+        self.inner.set_many(entries)
+
+
+def test_batch_held_stores_are_found_then_written_once(
+    sandbox: Sandbox, call_log: Path, tmp_path: Path
+) -> None:
+    # Given a grader that holds its stores (a fleet task's chunks)
+    cache = CountingCache(tmp_path / "cache.db")
+    observer = RecordingObserver()
+    grader = BatchGrader(
+        sandbox=sandbox, cache=cache, observer=observer, hold_stores=True
+    )
+    first = [GradeItem(i, f"\\boxed{{{i}}}", "1") for i in range(3)]
+    second = [GradeItem(10 + i, f"so \\boxed{{{i}}}", "1") for i in range(5)]
+    # When two chunks are graded, the second repeating the first's answers
+    graded = grader.grade(first, OPTIONS) + grader.grade(second, OPTIONS)
+    # Then each answer was decided once, the repeats found among the held entries
+    # (as if stored), and nothing was written yet
+    assert calls(call_log) == 5
+    assert observer.lookups == [(0, 3), (3, 2)]
+    assert [v.cached for _, v in graded] == [False] * 3 + [True] * 3 + [False] * 2
+    assert cache.writes == []
+    expected = [verifier.grade(it.response, it.gold) for it in first + second]
+    assert [v.replace(cached=False) for _, v in graded] == expected
+    # And a flush writes all five in one call, for the next grader to find
+    grader.flush_stores()
+    grader.flush_stores()  # nothing held: nothing written
+    assert cache.writes == [5]
+    again = BatchGrader(sandbox=sandbox, cache=cache).grade(second, OPTIONS)
+    assert all(v.cached for _, v in again)
+    assert calls(call_log) == 5
+
+
+def test_batch_held_store_error_is_logged_on_flush(
+    sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    grader = BatchGrader(sandbox=sandbox, cache=ReadOnlyCache(), hold_stores=True)
+    items = [GradeItem(i, f"\\boxed{{{i}}}", "1") for i in range(3)]
+    results = grader.grade(items, OPTIONS)
+    assert "cache store failed" not in caplog.text
+    grader.flush_stores()
+    assert [v.correct for _, v in results] == [False, True, False]
+    assert "cache store failed" in caplog.text
