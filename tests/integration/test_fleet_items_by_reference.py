@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from celery.signals import before_task_publish
+from kombu import Queue
 
 from producer.client import GradingClient, Rollout
 from workers.contract import QUEUE
@@ -107,3 +109,33 @@ def test_client_sizes_batches_to_the_job_by_default(quiet_db):
     assert big_tasks == 32
     assert len(first) == 313
     assert small_tasks == 7  # 6 x 16 + 4
+
+
+def test_queue_is_declared_once_and_every_batch_is_queued(start_redis_server):
+    # Given a producer on a server of its own, and Celery's publish signal, which
+    # names the entities each publish declares
+    url = start_redis_server()
+    client = GradingClient(url, batch_size=4, deadline_s=60)
+    inspect = redis.Redis.from_url(url)
+    rollouts = [Rollout(f"\\boxed{{{k}}}", str(k)) for k in range(24)]
+    declared: list[list[str]] = []
+
+    def on_publish(declare: list[Queue] | None = None, **_: object) -> None:
+        declared.append([queue.name for queue in declare or []])
+
+    before_task_publish.connect(on_publish, weak=False)
+    try:
+        # When two jobs of 6 batches each are published to one lane
+        jobs = [client.submit(rollouts), client.submit(rollouts)]
+        queued = _queued_messages(inspect)
+        bindings = inspect.smembers(f"_kombu.binding.{QUEUE}")
+    finally:
+        before_task_publish.disconnect(on_publish)
+        inspect.close()
+        client.close()
+    # Then all 12 are queued (LPUSH: the newest first); the lane's queue was
+    # declared (bound in Redis) by the first publish, and by no other
+    ids = [m["headers"]["id"] for m in reversed(queued)]
+    assert ids == [f"{job.job_id}.{n}" for job in jobs for n in range(6)]
+    assert len(bindings) == 1
+    assert declared == [[QUEUE]] + [[]] * 11
