@@ -296,15 +296,26 @@ def read_rows(
 
 
 def growing_chunks(
-    items: Iterable[T], first: int, growth: int, most: int
+    items: Iterable[T], first: int, growth: int, most: int, *, split_tail: bool = False
 ) -> Iterator[list[T]]:
     """Split `items` into lists of `first`, `first * growth`, ... up to `most` items
-    each, in order."""
+    each, in order.
+
+    With `split_tail`, the last list (known by coming up short) of at least
+    `2 * first` items is cut in two, its last quarter (at least `first`) on its
+    own: a caller that writes each list once it is graded while the next is being
+    graded (a fleet run) then has only that quarter left to write at the end.
+    """
     if not 1 <= first <= most or growth < 1:
         raise ValueError(f"bad chunk sizes: {first}, x{growth}, up to {most}")
     iterator = iter(items)
     size = first
     while chunk := list(islice(iterator, size)):
+        if split_tail and 2 * first <= len(chunk) < size:
+            cut = len(chunk) - max(first, len(chunk) // 4)
+            yield chunk[:cut]
+            yield chunk[cut:]
+            return
         yield chunk
         size = min(size * growth, most)
 

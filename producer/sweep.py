@@ -197,7 +197,7 @@ def grade_file(
     if grade_lines is not None and not resume and not output_path.endswith(".parquet"):
         lines = jsonl_lines(input_path)
     with ExitStack() as stack:
-        chunks, total = _chunks(input_path, spec, lines, show_progress)
+        chunks, total = _chunks(input_path, spec, lines, show_progress, overlap)
         out = stack.enter_context(open_output(output_path))
         advance = stack.enter_context(_progress(total, show_progress))
 
@@ -294,16 +294,21 @@ def _chunks(
     spec: FieldSpec,
     lines: Iterator[tuple[int, bytes] | LineError] | None,
     show_progress: bool,
+    overlap: bool,
 ) -> tuple[Iterator[list[Any]], int | None]:
     """The input in growing chunks (of `lines`, else of rows), and the progress
-    bar's length (lines; None when unknown or rows are not one per line)."""
+    bar's length (lines; None when unknown or rows are not one per line). With
+    `overlap` (rows graded while the chunk before is written), the file's last
+    chunk goes in two (`growing_chunks`'s `split_tail`)."""
     if lines is not None:
         chunks: Iterator[list[Any]] = growing_chunks(
             lines, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS
         )
         return chunks, _count_lines(input_path) if show_progress else None
     rows_in = expand_records(iter_records(input_path), spec)
-    chunks = growing_chunks(rows_in, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS)
+    chunks = growing_chunks(
+        rows_in, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS, split_tail=overlap
+    )
     first = next(chunks, [])
     good = [row for row in first if isinstance(row, InputRow)]
     one_per_line = len({row.line_no for row in good}) == len(good)

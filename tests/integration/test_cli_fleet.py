@@ -177,15 +177,17 @@ def test_cli_fleet_grade_lone_surrogate_is_escaped_and_every_line_kept(
 def test_cli_fleet_grade_of_several_chunks_keeps_every_row_in_order(
     workers: Any, redis_server: str, tmp_path: Path
 ) -> None:
-    # Given 9,000 lines (chunks of 2,048, 6,144 and 808 rows: two graded at once),
-    # malformed lines in the first and the last chunk, and two workers
+    # Given 13,000 lines (chunks of 2,048 and 6,144 rows, then the last 4,808 cut
+    # into 2,760 and 2,048: two graded at once), malformed lines in the first chunk
+    # and in both pieces of the last, and two workers
     workers.start(concurrency=2, item_timeout_s=ITEM_TIMEOUT_S)
     lines = [
         json.dumps({"response": f"so \\boxed{{{n % 7}}}", "gold": str(n % 3)})
-        for n in range(9_000)
+        for n in range(13_000)
     ]
     lines[10] = "not json"
-    lines[8_990] = '{"gold": "1"}'
+    lines[9_000] = "not json either"
+    lines[12_990] = '{"gold": "1"}'
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
@@ -193,16 +195,17 @@ def test_cli_fleet_grade_of_several_chunks_keeps_every_row_in_order(
     # When graded on the fleet
     first = CliRunner().invoke(cli, args)
     # Then every good line is written once, in input order, with its own verdict,
-    # and both bad lines are reported (exit 3)
+    # and the three bad lines are reported (exit 3)
     assert first.exit_code == 3, first.output
     assert "line 11:" in first.stderr
-    assert "line 8991:" in first.stderr
+    assert "line 9001:" in first.stderr
+    assert "line 12991:" in first.stderr
     rows = _read_jsonl(out)
-    good = [n for n in range(9_000) if n not in (10, 8_990)]
+    good = [n for n in range(13_000) if n not in (10, 9_000, 12_990)]
     assert [r[LINE_FIELD] for r in rows] == [n + 1 for n in good]
     assert [r["correct"] for r in rows] == [n % 7 == n % 3 for n in good]
     # When three verdicts are made transient and the file is graded with --resume
-    for at in (100, 5_000, 8_000):
+    for at in (100, 5_000, 12_000):
         rows[at]["status"] = "timeout"
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     again = CliRunner().invoke(cli, [*args, "--resume"])

@@ -165,6 +165,34 @@ def test_batching_growing_chunks_keep_order_and_grow_to_the_cap() -> None:
         list(growing_chunks(range(3), 0, 2, 5))
 
 
+def test_batching_growing_chunks_split_the_last_short_chunk_on_request() -> None:
+    # The last chunk (7 of 10 asked) goes in two, its last quarter (at least the
+    # first chunk's size) on its own; nothing else changes
+    chunks = list(growing_chunks(range(25), 2, 3, 10, split_tail=True))
+    assert [len(c) for c in chunks] == [2, 6, 10, 5, 2]
+    assert [x for c in chunks for x in c] == list(range(25))
+    assert [len(c) for c in growing_chunks(range(25), 2, 3, 10)] == [2, 6, 10, 7]
+    big = list(growing_chunks(range(18 + 9), 2, 3, 10, split_tail=True))
+    assert [len(c) for c in big] == [2, 6, 10, 7, 2]
+    # A last chunk under twice the first size, or a full one, stays whole
+    assert [len(c) for c in growing_chunks(range(21), 2, 3, 10, split_tail=True)] == [
+        2,
+        6,
+        10,
+        3,
+    ]
+    assert [len(c) for c in growing_chunks(range(28), 2, 3, 10, split_tail=True)] == [
+        2,
+        6,
+        10,
+        10,
+    ]
+    assert [len(c) for c in growing_chunks(range(3), 2, 3, 10, split_tail=True)] == [
+        2,
+        1,
+    ]
+
+
 def _verdict(**changes: object) -> Verdict:
     base = Verdict(
         correct=True,
