@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from typing import Any
 
 import redis
 from redis.exceptions import LockError
@@ -24,7 +25,15 @@ from redis.lock import Lock
 from workers.protocol import SUCCESS_META_HEAD, claim_key, task_meta_key
 from workers.refusals import BROKER_REFUSALS
 
-__all__ = ["CLAIM_TTL_S", "claim_batch", "release", "renew", "result_stored"]
+__all__ = [
+    "CLAIM_TTL_S",
+    "claim_batch",
+    "is_result_head",
+    "read_result_head",
+    "release",
+    "renew",
+    "result_stored",
+]
 
 # Six missed heartbeats: a loaded machine does not lose a live claim, and a dead
 # holder's copy waits only this long before it grades.
@@ -33,11 +42,22 @@ _POLL_S = 0.25
 _SUCCESS_HEAD = SUCCESS_META_HEAD.encode()
 
 
+def read_result_head(target: Any, task_id: str) -> Any:
+    """GETRANGE of the first bytes of the batch's result key on `target`: a client
+    (the reply), or a pipeline (queued; its reply comes with the others). The
+    stubs leave `getrange` untyped, hence the raw command."""
+    head_end = len(_SUCCESS_HEAD) - 1
+    return target.execute_command("GETRANGE", task_meta_key(task_id), 0, head_end)
+
+
+def is_result_head(head: object) -> bool:
+    """Whether a `read_result_head` reply is a stored SUCCESS."""
+    return head == _SUCCESS_HEAD
+
+
 def result_stored(results: redis.Redis[bytes], task_id: str) -> bool:
     """Whether the batch's SUCCESS is stored (reads only its first bytes)."""
-    head_end = len(_SUCCESS_HEAD) - 1
-    head = results.execute_command("GETRANGE", task_meta_key(task_id), 0, head_end)
-    return bool(head == _SUCCESS_HEAD)
+    return is_result_head(read_result_head(results, task_id))
 
 
 def claim_batch(
@@ -90,12 +110,11 @@ def _try_claim(
     token = os.urandom(16).hex().encode()
     pipe = broker.pipeline(transaction=False)
     pipe.set(claim.name, token, nx=True, px=int(CLAIM_TTL_S * 1000))
-    head_end = len(_SUCCESS_HEAD) - 1
-    pipe.execute_command("GETRANGE", task_meta_key(task_id), 0, head_end)  # type: ignore[no-untyped-call]
+    read_result_head(pipe, task_id)
     taken, head = pipe.execute()
     if taken:
         claim.local.token = token  # what `Lock.release`/`reacquire` check against
-    return bool(taken), head == _SUCCESS_HEAD
+    return bool(taken), is_result_head(head)
 
 
 def renew(claim: Lock | None) -> None:

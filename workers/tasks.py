@@ -20,7 +20,13 @@ from redis.lock import Lock
 
 from workers.batch import GradeItem
 from workers.bookkeeping import BatchProgress, Heartbeat, ResultSlot
-from workers.claim import claim_batch, release, renew
+from workers.claim import (
+    claim_batch,
+    is_result_head,
+    read_result_head,
+    release,
+    renew,
+)
 from workers.contract import (
     GRADE_BATCH,
     MAX_PAYLOAD_BYTES,
@@ -34,7 +40,6 @@ from workers.contract import (
 from workers.lanes import INTERACTIVE, lane_of_queue
 from workers.models import Status, Verdict
 from workers.protocol import (
-    SUCCESS_META_HEAD,
     claim_key,
     job_done_key,
     job_entry_key,
@@ -59,7 +64,6 @@ log = logging.getLogger(__name__)
 # entry is abandoned past this age (such producers refresh the entry only while
 # they poll).
 ABANDONED_AFTER_S = 120.0
-_SUCCESS_HEAD = SUCCESS_META_HEAD.encode()
 
 
 class BatchRun:
@@ -314,14 +318,13 @@ def _read_delivery(
     meta_pipe = pipe
     if runtime.results_redis is not runtime.redis:
         meta_pipe = runtime.results_redis.pipeline(transaction=False)
-    head_end = len(_SUCCESS_HEAD) - 1
-    meta_pipe.execute_command("GETRANGE", task_meta_key(task_id), 0, head_end)  # type: ignore[no-untyped-call]
+    read_result_head(meta_pipe, task_id)
     replies = list(pipe.execute())
     if meta_pipe is not pipe:
         replies += meta_pipe.execute()
     payload = replies.pop(0) if key is not None else None
     job_alive = bool(replies.pop(0)) if job_id is not None else True
-    if replies[0] == _SUCCESS_HEAD:
+    if is_result_head(replies[0]):
         return payload, ("answered", "its result is already stored")
     if job_alive:
         # Items gone while the job lives: `attach_items` fails the task at once,
