@@ -136,12 +136,8 @@ class BatchGrader:
         if not self._held:
             return
         entries, self._held = self._held, {}
-        if self._cache is None:
-            return
-        try:
-            self._cache.set_many(entries)
-        except CacheError as exc:
-            log.warning("result cache store failed, results not cached: %s", exc)
+        if self._cache is not None:
+            _store_entries(self._cache, entries)
 
 
 class _BatchRun:
@@ -245,10 +241,15 @@ class _BatchRun:
         if self._held is not None:
             self._held.update(entries)
             return
-        try:
-            self._cache.set_many(entries)
-        except CacheError as exc:
-            log.warning("result cache store failed, results not cached: %s", exc)
+        _store_entries(self._cache, entries)
+
+
+def _store_entries(cache: CacheBackend, entries: dict[str, dict[str, Any]]) -> None:
+    """Write cache entries; a failure is logged (the verdicts stand without it)."""
+    try:
+        cache.set_many(entries)
+    except CacheError as exc:
+        log.warning("result cache store failed, results not cached: %s", exc)
 
 
 def _with_own_fields(verdict: Verdict, own: OwnFields, cached: bool) -> Verdict:
