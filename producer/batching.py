@@ -53,8 +53,10 @@ __all__ = [
     "InputRow",
     "LineError",
     "Summary",
+    "alternative_items",
     "atomic_output",
     "atomic_path",
+    "choose_alternatives",
     "dump_line",
     "dump_line_bytes",
     "expand_records",
@@ -329,15 +331,34 @@ def grade_alternatives(
     the verdict against the first gold."""
     if not any(row.alt_golds for row in rows):
         return grade_rows(rows, advance)
+    items, owners = alternative_items(rows)
+    verdicts = grade_rows(items, lambda _n: None)
+    advance(len(rows))
+    return choose_alternatives(len(rows), owners, verdicts)
+
+
+def alternative_items(rows: Sequence[InputRow]) -> tuple[list[InputRow], list[int]]:
+    """A row per (row, acceptable gold), and the position of the row each came from
+    (`grade_alternatives`, in two steps for a fleet's line-mode task)."""
     items: list[InputRow] = []
     owners: list[int] = []
     for position, row in enumerate(rows):
+        if not row.alt_golds:
+            items.append(row)
+            owners.append(position)
+            continue
         for gold in (row.gold, *row.alt_golds):
             items.append(dataclasses.replace(row, gold=gold, alt_golds=()))
             owners.append(position)
-    verdicts = grade_rows(items, lambda _n: None)
-    advance(len(rows))
-    chosen: list[Verdict | None] = [None] * len(rows)
+    return items, owners
+
+
+def choose_alternatives(
+    count: int, owners: Sequence[int], verdicts: Sequence[Verdict]
+) -> list[Verdict]:
+    """Each of `count` rows' verdict from those of its `alternative_items`: the
+    first correct, else the one against its first gold."""
+    chosen: list[Verdict | None] = [None] * count
     for owner, verdict in zip(owners, verdicts, strict=True):
         best = chosen[owner]
         if best is None or (verdict.correct and not best.correct):
