@@ -54,7 +54,7 @@ from workers import __version__
 from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
 from workers.signing import Keyring, keyring_from_env
-from workers.sizing import LOCAL_BATCH_SIZE
+from workers.sizing import LOCAL_BATCH_SIZE, batch_size_for
 from workers.urls import connect_url, read_secret
 
 __all__ = ["cli", "main"]
@@ -120,6 +120,16 @@ def _watch(url: str | None) -> AbstractContextManager[NoWorkerWatch | None]:
     return nullcontext()
 
 
+def _unit_lines(settings: ProducerSettings) -> dict[str, Any]:
+    """A fleet's line units are its tasks: as many lines as a task's rollouts
+    (--batch-size, else `sizing.batch_size_for` the chunk); the embedded pool's
+    keep their own size."""
+    if settings.broker_url is None:
+        return {}
+    fixed = settings.batch_size
+    return {"unit_lines": (lambda _n: fixed) if fixed else batch_size_for}
+
+
 class _ChunkGrader:
     """Grades the file's chunks through one `Grader`; --deadline-s bounds the whole
     command, so each chunk gets what is left of it. Once the broker has refused
@@ -135,7 +145,7 @@ class _ChunkGrader:
         self._watch = watch
         self.refused: BrokerRefusedError | None = None
         self._frozen = False
-        # Line mode, on the embedded pool only (`producer.lines`).
+        # Line mode, on the embedded pool or a fleet (`producer.lines`).
         self.run_units = line_runner(grader)
 
     def __call__(
@@ -162,15 +172,23 @@ class _ChunkGrader:
     def units(
         self, units: Sequence[Any], weights: Sequence[int], on_progress: Progress
     ) -> list[Any]:
-        """Line mode (`producer.lines`) on the embedded pool, in what is left of
-        --deadline-s: a result per unit, None where none arrived in time."""
+        """Line mode (`producer.lines`), in what is left of --deadline-s: a
+        result per unit, None where none arrived in time (its lines are then
+        written as rows, the `timeout` or `error` stand-ins of `__call__`)."""
         left_s = self._deadline_s - (time.monotonic() - self._started_s)
-        if left_s <= 0 or self.run_units is None:
+        if left_s <= 0 or self.run_units is None or self.refused is not None:
             return [None] * len(units)
         try:
             return self.run_units(
-                units, weights, on_progress=on_progress, deadline_s=left_s
+                units,
+                weights,
+                on_progress=self._progress(on_progress),
+                deadline_s=left_s,
             )
+        except (DeadlinePassedError, BrokerRefusedError) as exc:  # a fleet's
+            if isinstance(exc, BrokerRefusedError):
+                self.refused = exc
+            return list(exc.partial or [None] * len(units))
         finally:
             self._freeze_once()
 
@@ -352,7 +370,9 @@ def grade(
         grade_rows = _ChunkGrader(grader, settings.deadline_s, watch)
         grade_lines = None
         if grade_rows.run_units is not None:
-            grade_lines = LineGrader(grade_rows.units, spec, options)
+            grade_lines = LineGrader(
+                grade_rows.units, spec, options, **_unit_lines(settings)
+            )
         summary = grade_file(
             input_path,
             output_path,

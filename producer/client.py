@@ -248,8 +248,6 @@ class GradingClient:
             priority: this job's lane (default: the client's `priority`).
             options: this job's verdict-changing options (default: the client's).
         """
-        job_options = options or self.options
-        lane = self.priority if priority is None else parse_lane(priority)
         triples = validate_rollouts(rollouts)
         job_id = uuid.uuid4().hex
         size = self.batch_size or batch_size_for(len(triples))
@@ -260,11 +258,52 @@ class GradingClient:
             )
             for n, start in enumerate(range(0, len(triples), size))
         ]
+        return self._start(
+            job_id, batches, len(triples), len(triples), deadline_s, priority, options
+        )
+
+    def submit_units(
+        self,
+        units: Sequence[bytes],
+        rollouts: int,
+        *,
+        deadline_s: float | None = None,
+        priority: str | None = None,
+        options: GradeOptions | None = None,
+    ) -> GradingJob:
+        """Like `submit`, for units of input lines (`producer.lines.
+        fleet_unit_payload`, the CLI's line mode): one task each, graded and
+        rendered by a worker (`workers.line_batch`). The job yields (unit index,
+        the result's `lines`) pairs; `rollouts` (about how many the units hold) is
+        what the metrics count."""
+        job_id = uuid.uuid4().hex
+        batches = [
+            Batch(batch_id=f"{job_id}.{n}", items=((n, "", ""),), unit=unit)
+            for n, unit in enumerate(units)
+        ]
+        return self._start(
+            job_id, batches, len(units), rollouts, deadline_s, priority, options
+        )
+
+    def _start(
+        self,
+        job_id: str,
+        batches: list[Batch],
+        total: int,
+        submitted: int,
+        deadline_s: float | None,
+        priority: str | None,
+        options: GradeOptions | None,
+    ) -> GradingJob:
+        """Put a job of `batches` (`total` results: rollouts, or units) on the
+        board and publish its first window; `submitted` rollouts are counted."""
+        job_options = options or self.options
+        lane = self.priority if priority is None else parse_lane(priority)
         limit_s = deadline_s if deadline_s is not None else self.deadline_s
         job = GradingJob(
             job_id=job_id,
             batches=batches,
-            total=len(triples),
+            total=total,
             results_client=self._results,
             publish=lambda some: self._publish(job_id, lane, some, job_options),
             release=self._release,
@@ -294,7 +333,7 @@ class GradingClient:
                 raise
             raise self._broker_error(exc, "put the job on the board") from exc
         if self._metrics is not None:
-            self._metrics.rollouts_submitted.inc(len(triples))
+            self._metrics.rollouts_submitted.inc(submitted)
         return job
 
     def _publish(
@@ -349,13 +388,15 @@ class GradingClient:
                 batch_to_wire(
                     job_id=job_id,
                     batch_id=batch.batch_id,
-                    items=batch.items,
+                    items=batch.items if batch.unit is None else (),
                     options=options,
                     enqueued_at=time.time(),
                     attempt=batch.attempt,
                     kept_alive=True,
                 )
             )
+            if batch.unit is not None:  # its lines are stored in place of items
+                items_json = batch.unit
             batch.items_digest = items_digest(items_json)
             if self._keyring is not None:
                 wire = sign_task(wire, items_json, self._keyring)

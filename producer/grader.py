@@ -455,14 +455,51 @@ class _FleetGrader(GraderBase):
         # arrivals() ends only once every index has a verdict (else it raises).
         return [v for v in verdicts if v is not None]
 
+    def run_line_units(
+        self,
+        units: Sequence[Any],
+        weights: Sequence[int],
+        *,
+        on_progress: ProgressFn | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Any]:
+        """Line mode on the fleet (`workers.line_batch`): each unit one task, its
+        lines read, graded and rendered by a worker. None where a unit has no
+        result (a worker found it unfit: grade its rows with `grade`).
+
+        Raises:
+            JobCutShortError: the deadline passed or the broker refused writes;
+                `partial` holds the results that arrived (None for the others).
+        """
+        from producer.lines import fleet_unit_payload, fleet_unit_result
+
+        job = self._client.submit_units(
+            [fleet_unit_payload(unit, body) for unit, body in units],
+            sum(weights),
+            deadline_s=deadline_s,
+        )
+        results: list[Any] = [None] * len(units)
+        try:
+            for arrived in job.arrivals():
+                for index, lines in arrived:
+                    results[index] = fleet_unit_result(lines)
+                    if on_progress is not None:
+                        on_progress(weights[index])
+        except JobCutShortError as exc:
+            exc.partial = results
+            raise
+        return results
+
     def close(self) -> None:
         self._client.close()
 
 
 def line_runner(grader: Grader) -> Callable[..., list[Any]] | None:
-    """The embedded pool's line mode (`_EmbeddedGrader.run_line_units`); None for
-    any other grader, which grades rows only."""
-    return grader.run_line_units if isinstance(grader, _EmbeddedGrader) else None
+    """Line mode (`producer.lines`) of the embedded pool or of a fleet
+    (`run_line_units`); None for any other grader, which grades rows only."""
+    if isinstance(grader, _EmbeddedGrader | _FleetGrader):
+        return grader.run_line_units
+    return None
 
 
 def _open_embedded(

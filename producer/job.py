@@ -18,6 +18,7 @@ the first result per index wins, later duplicates are ignored.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,7 @@ from workers.protocol import (
     RUNNING_STATES,
     TaskMeta,
     job_done_key,
+    line_output_key,
     read_task_meta,
     result_rejection,
     task_meta_key,
@@ -142,6 +144,10 @@ class Batch:
     resends: int = 0
     done: bool = False
     items_digest: str | None = None  # of the items as last stored (`_store_items`)
+    # A unit of input lines (`producer.lines.fleet_unit_payload`) stored in place
+    # of items; `items` then holds one (unit index, "", "") and the unit's
+    # "verdict" is its result's `lines` (`GradingClient.submit_units`).
+    unit: bytes | None = None
     key: bytes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -171,6 +177,16 @@ def format_ranges(indexes: list[int], *, limit: int = 20) -> str:
         return ""
     more = len(ranges) - limit
     return ", ".join(ranges[:limit]) + (f", … (+{more} ranges)" if more > 0 else "")
+
+
+def _output_matches(out: bytes, lines: Any, keyring: Keyring | None) -> bool:
+    """Whether a unit's output lines are those its result names: their size, and
+    with a keyring (whose MAC covers the result) their SHA-256."""
+    if lines.get("out_bytes") != len(out):
+        return False
+    return keyring is None or bool(
+        lines.get("out_sha256") == hashlib.sha256(out).hexdigest()
+    )
 
 
 class GradingJob:
@@ -219,6 +235,8 @@ class GradingJob:
         self._verdicts: list[Verdict | None] = [None] * total
         self._done = 0
         self._ready: list[tuple[int, Verdict]] = []  # received, not yet yielded
+        # Units of lines whose result this poll read, their output not yet.
+        self._unit_results: list[tuple[Batch, Any]] = []
         self._last_activity = time.monotonic()
         self._last_resend_check = 0.0
         self.resent_batches = 0
@@ -426,7 +444,8 @@ class GradingJob:
         self._in_flight = 0
         self._release(unfinished)
         self._forget([b.key for b in unfinished])
-        versions = {v.grader_version for v in self._verdicts if v is not None}
+        # (A unit's result is no Verdict: it names no version.)
+        versions = {v.grader_version for v in self._verdicts if isinstance(v, Verdict)}
         stand_in = Verdict(
             correct=False,
             status=Status.TIMEOUT,
@@ -462,14 +481,14 @@ class GradingJob:
             return []  # backend restarting: the deadline and re-sends cover it
         now = time.monotonic()
         fresh: list[tuple[int, Verdict]] = []
-        finished: list[Batch] = []
         for batch, payload in zip(pending, payloads, strict=True):
             if payload is None or payload == batch.payload:
                 continue
             batch.payload, batch.seen_at, self._last_activity = payload, now, now
             fresh.extend(self._on_meta(batch, read_task_meta(payload)))
-            if batch.done:
-                finished.append(batch)
+        if self._unit_results:
+            fresh.extend(self._read_unit_outputs())
+        finished = [b for b in pending if b.done]
         if finished:
             self._forget([batch.key for batch in finished])
             self._release(finished)
@@ -521,6 +540,11 @@ class GradingJob:
             )
             if rejection is not None:
                 self._on_failure(batch, rejection)
+            elif batch.unit is not None:
+                if meta.lines is None:
+                    self._on_failure(batch, "result of a unit of lines has no lines")
+                else:
+                    self._unit_results.append((batch, meta.lines))
             elif {i for i, _ in pairs} == {item[0] for item in batch.items}:
                 batch.done = True
                 return self._accept(pairs)
@@ -530,7 +554,53 @@ class GradingJob:
             self._on_failure(batch, meta.failure or "")
         return []
 
-    def _accept(self, pairs: list[tuple[int, Verdict]]) -> list[tuple[int, Verdict]]:
+    def _read_unit_outputs(self) -> list[tuple[int, Any]]:
+        """Finish the units whose results this poll read: their output lines, stored
+        beside each result (`protocol.line_output_key`), read in one round trip
+        into the result's `lines` as "out"; a unit whose lines are missing or do
+        not match the result is sent again."""
+        found, self._unit_results = self._unit_results, []
+        keys = [lines.get("out_key") for _batch, lines in found]
+        wanted = [
+            key
+            for (batch, _lines), key in zip(found, keys, strict=True)
+            if isinstance(key, str)
+            and key.startswith(line_output_key(batch.batch_id, ""))
+        ]
+        try:
+            outputs = dict(zip(wanted, self._mget(wanted), strict=True))
+        except redis.ResponseError as exc:  # an ACL without the lines' keys
+            log.warning(
+                "job %s: cannot read the output lines of units (%s); grading "
+                "their lines as rows",
+                self.job_id,
+                exc,
+            )
+            outputs = {}
+            found = [(batch, {"unfit": str(exc)}) for batch, _lines in found]
+        except (redis.RedisError, OSError):
+            for batch, _lines in found:  # backend restarting: read at a later poll
+                batch.payload = None
+            return []
+        pairs: list[tuple[int, Any]] = []
+        for (batch, lines), key in zip(found, keys, strict=True):
+            if "unfit" in lines:  # its lines go as rows (`fleet_unit_result`)
+                batch.done = True
+                pairs.append((batch.items[0][0], lines))
+                continue
+            out = outputs.get(key) if isinstance(key, str) else None
+            if out is None or not _output_matches(out, lines, self._keyring):
+                self._on_failure(batch, "the output lines of a unit are missing")
+                continue
+            batch.done = True
+            self._forget([key.encode()])
+            pairs.append((batch.items[0][0], {**lines, "out": out}))
+        return self._accept(pairs)
+
+    def _mget(self, keys: list[str]) -> list[Any]:
+        return list(self._redis.mget(keys)) if keys else []
+
+    def _accept(self, pairs: list[tuple[int, Any]]) -> list[tuple[int, Verdict]]:
         fresh = []
         for index, verdict in pairs:
             if self._verdicts[index] is None:

@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from producer.batching import (
     VERDICT_FIELDS,
     InputRow,
@@ -44,18 +46,24 @@ from producer.batching import (
 )
 from producer.fields import FieldSpec
 from workers.exact_cache import stored_unit
-from workers.models import STATUS_BY_VALUE, GradeOptions
+from workers.models import STATUS_BY_VALUE, GradeOptions, Verdict
 
 if TYPE_CHECKING:  # not imported at run time: it pulls in the verifier
     from workers.local import GradePairs
 
 __all__ = [
+    "FLEET_UNIT_HEAD",
     "LINE_UNIT_LINES",
+    "UNIT_MAX_BYTES",
     "LineGrader",
     "LineUnitResult",
+    "fleet_unit_payload",
+    "fleet_unit_result",
     "grade_line_unit",
     "line_unit",
     "parse_lines",
+    "read_fleet_unit",
+    "render_unit",
     "replay_body",
     "replay_line_unit",
     "replay_stored_unit",
@@ -149,6 +157,91 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
     totals, out = _render(rows, value_rows)
     keep = {"fields": _STORED_FIELDS, "rows": list(map(_stored_values, value_rows))}
     return {"totals": totals, "errors": errors, "store": keep}, out
+
+
+def render_unit(
+    rows: Sequence[InputRow], errors: list[list[Any]], verdicts: Sequence[Verdict]
+) -> tuple[dict[str, Any], bytes]:
+    """A unit's result as `grade_line_unit` gives it (without what the cache
+    keeps), from its rows' verdicts: a fleet's line-mode task renders with this."""
+    totals, out = _render(rows, [verdict_values(verdict) for verdict in verdicts])
+    return {"totals": totals, "errors": errors}, out
+
+
+# A fleet line unit's stored payload begins with this, then its JSON (line numbers,
+# sizes, field spec) on one line, then the lines: a worker tells it from a batch's
+# items (a JSON list) by its first bytes, and the digest the task's MAC signs
+# covers all of it.
+FLEET_UNIT_HEAD = b"gradefleet-lines:1\n"
+
+
+def fleet_unit_payload(unit: Any, body: bytes) -> bytes:
+    """The payload a fleet worker grades a `line_unit` from (`read_fleet_unit`;
+    the options travel with the task, signed)."""
+    meta = {"numbers": unit["numbers"], "sizes": unit["sizes"], "spec": unit["spec"]}
+    return FLEET_UNIT_HEAD + orjson.dumps(meta) + b"\n" + body
+
+
+def fleet_unit_result(lines: Any) -> tuple[Any, bytes] | None:
+    """A unit's result (as `grade_line_unit` gives it) from the `lines` of a fleet
+    worker's result with its output lines as "out" (`producer.job`); None when
+    the worker found the unit unfit (or the result is not what
+    `workers.line_batch` stores): its lines are graded as rows."""
+    if not isinstance(lines, dict):
+        return None
+    out, totals, errors = lines.get("out"), lines.get("totals"), lines.get("errors")
+    if not (
+        isinstance(out, bytes)
+        and isinstance(totals, dict)
+        and isinstance(errors, list)
+        and all(
+            isinstance(error, list)
+            and len(error) == 2
+            and type(error[0]) is int
+            and isinstance(error[1], str)
+            for error in errors
+        )
+    ):
+        return None
+    return {"totals": totals, "errors": errors}, out
+
+
+def read_fleet_unit(payload: bytes) -> tuple[list[InputRow], list[list[Any]]] | None:
+    """The rows and malformed lines ([line number, reason]) of a
+    `fleet_unit_payload`, read as item mode reads them; None when it is not one
+    (or is one that does not add up)."""
+    if not payload.startswith(FLEET_UNIT_HEAD):
+        return None
+    head_end = payload.find(b"\n", len(FLEET_UNIT_HEAD))
+    if head_end < 0:
+        return None
+    try:
+        meta = orjson.loads(payload[len(FLEET_UNIT_HEAD) : head_end])
+    except orjson.JSONDecodeError:
+        return None
+    body = payload[head_end + 1 :]
+    if not _fits(meta, len(body)):
+        return None
+    return _unit_rows(meta, body)
+
+
+def _fits(meta: Any, body_bytes: int) -> bool:
+    """Whether a fleet unit's JSON is what `fleet_unit_payload` writes for a body
+    of `body_bytes`."""
+    if not isinstance(meta, dict):
+        return False
+    numbers, sizes, spec = meta.get("numbers"), meta.get("sizes"), meta.get("spec")
+    return (
+        isinstance(numbers, list)
+        and isinstance(sizes, list)
+        and len(numbers) == len(sizes)
+        and all(type(n) is int for n in numbers)
+        and all(type(n) is int and n >= 0 for n in sizes)
+        and sum(sizes) == body_bytes
+        and isinstance(spec, list)
+        and len(spec) == 2
+        and all(name is None or isinstance(name, str) for name in spec)
+    )
 
 
 # What the cache keeps of each row's verdict: what its output line shows, but
@@ -250,6 +343,26 @@ class LineUnitResult:
         ]
 
 
+# A unit's lines stop at this many bytes too: a fleet stores each unit in Redis
+# and reads at most `contract.MAX_PAYLOAD_BYTES` of it (lines may be 4 MB each).
+UNIT_MAX_BYTES = 8 * 1024 * 1024
+
+
+def _cut(lines: Sequence[Line], size: int, max_bytes: int) -> list[Sequence[Line]]:
+    """`lines` in order, cut into units of at most `size` lines and, but for a
+    unit of one line, `max_bytes` bytes."""
+    units: list[Sequence[Line]] = []
+    start = used = 0
+    for end, (_no, raw) in enumerate(lines):
+        if end > start and (end - start >= size or used + len(raw) > max_bytes):
+            units.append(lines[start:end])
+            start, used = end, 0
+        used += len(raw)
+    if start < len(lines):
+        units.append(lines[start:])
+    return units
+
+
 class LineGrader:
     """Grades a chunk of raw lines as units on the pool (`run_units`, which applies
     the CLI's deadline). Returns each unit's lines with its result, None where
@@ -260,18 +373,22 @@ class LineGrader:
         run_units: RunUnits,
         spec: FieldSpec,
         options: GradeOptions,
-        unit_lines: int = LINE_UNIT_LINES,
+        unit_lines: int | Callable[[int], int] = LINE_UNIT_LINES,
     ) -> None:
         self._run_units = run_units
         self._spec = spec
         self._options = options
+        # Lines per unit, or a function of the chunk's line count (a fleet's task
+        # size follows its job, `sizing.batch_size_for`).
         self._unit_lines = unit_lines
 
     def __call__(
         self, lines: Sequence[Line], advance: Callable[[int], None]
     ) -> list[tuple[Sequence[Line], LineUnitResult | None]]:
         size = self._unit_lines
-        units = [lines[start : start + size] for start in range(0, len(lines), size)]
+        if callable(size):
+            size = size(len(lines))
+        units = _cut(lines, size, UNIT_MAX_BYTES)
         results = self._run_units(
             [line_unit(unit, self._spec, self._options) for unit in units],
             [len(unit) for unit in units],

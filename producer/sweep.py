@@ -38,7 +38,7 @@ from producer.formats import (
     jsonl_lines,
     open_output,
 )
-from producer.lines import LineGrader, parse_lines
+from producer.lines import LineGrader, LineUnitResult, parse_lines
 from producer.overlap import BehindWriter, read_ahead, work_ahead
 from producer.signals import raise_if_stopped
 from workers.models import (
@@ -177,14 +177,15 @@ def grade_file(
 ) -> Summary:
     """Grade `input_path` into `output_path` and return the run's totals.
 
-    With `grade_lines` (the embedded pool), JSONL in and out without `resume` goes
-    in line mode (`producer.lines`): the workers parse the lines and write the
-    output lines, and this process only moves bytes. Otherwise this process reads
-    rows and writes verdicts; with `overlap`, the next chunk is read and the
-    previous one written in threads while two are graded (`producer.overlap`): for
-    a fleet, which grades elsewhere while this process waits on sockets. Without it,
-    in turn: for the embedded pool, whose workers share this machine's cores, so
-    the threads' GIL hand-offs cost more CPU than the overlap saves (issue 11).
+    With `grade_lines` (the embedded pool or a fleet), JSONL in and out without
+    `resume` goes in line mode (`producer.lines`): the workers parse the lines and
+    write the output lines, and this process only moves bytes. Otherwise this
+    process reads rows and writes verdicts. With `overlap`, the next chunk is read
+    and the previous one written in threads while two are graded
+    (`producer.overlap`): for a fleet, which grades elsewhere while this process
+    waits on sockets. Without it, in turn: for the embedded pool, whose workers
+    share this machine's cores, so the threads' GIL hand-offs cost more CPU than
+    the overlap saves (issue 11).
 
     Rows the deadline cut off are written as `timeout`; their input lines are in
     `summary.late_lines` (see `deadline_error`).
@@ -213,10 +214,22 @@ def grade_file(
         if lines is not None:
             assert grade_lines is not None
             assert isinstance(out, JsonlWriter)
-            for chunk in chunks:
+            if overlap:
+                advance = _one_at_a_time(advance)  # two grading threads report
+
+            def grade_chunk(chunk: list[Any]) -> list[Any]:
                 raise_if_stopped()
-                bad = _grade_line_chunk(
-                    chunk, grade_lines, grade_rows, spec, out, write, summary, advance
+                return _grade_line_chunk(chunk, grade_lines, advance)
+
+            graded_chunks: Iterator[tuple[list[Any], list[Any]]]
+            if overlap:  # as the row path's (`_grade_row_chunks`)
+                graded_chunks = work_ahead(read_ahead(chunks), grade_chunk)
+            else:
+                graded_chunks = ((chunk, grade_chunk(chunk)) for chunk in chunks)
+            for chunk, graded in graded_chunks:
+                raise_if_stopped()
+                bad = _write_line_chunk(
+                    chunk, graded, grade_rows, spec, out, write, summary, advance
                 )
                 for error in sorted(bad, key=lambda error: error.line_no):
                     errors(error)
@@ -302,7 +315,7 @@ def _chunks(
     chunk goes in two (`growing_chunks`'s `split_tail`)."""
     if lines is not None:
         chunks: Iterator[list[Any]] = growing_chunks(
-            lines, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS
+            lines, FIRST_CHUNK_ROWS, CHUNK_ROWS_GROWTH, CHUNK_ROWS, split_tail=overlap
         )
         return chunks, _count_lines(input_path) if show_progress else None
     rows_in = expand_records(iter_records(input_path), spec)
@@ -319,6 +332,17 @@ def _chunks(
 def _grade_line_chunk(
     chunk: list[tuple[int, bytes] | LineError],
     grade_lines: LineGrader,
+    advance: Progress,
+) -> list[tuple[Sequence[tuple[int, bytes]], LineUnitResult | None]]:
+    """Grade one chunk in line mode: each unit's lines with its result."""
+    advance(sum(1 for item in chunk if isinstance(item, LineError)))
+    lines = [item for item in chunk if not isinstance(item, LineError)]
+    return grade_lines(lines, advance) if lines else []
+
+
+def _write_line_chunk(
+    chunk: list[tuple[int, bytes] | LineError],
+    graded: list[tuple[Sequence[tuple[int, bytes]], LineUnitResult | None]],
     grade_rows: GradeRows,
     spec: FieldSpec,
     out: JsonlWriter,
@@ -326,12 +350,11 @@ def _grade_line_chunk(
     summary: Summary,
     advance: Progress,
 ) -> list[LineError]:
-    """Grade and write one chunk in line mode; returns its malformed lines."""
+    """Write one chunk graded in line mode; returns its malformed lines. A unit
+    without a result (no worker could run it, or a deadline) goes as rows, here."""
     bad = [item for item in chunk if isinstance(item, LineError)]
-    advance(len(bad))
-    lines = [item for item in chunk if not isinstance(item, LineError)]
-    for unit, result in grade_lines(lines, advance) if lines else []:
-        if result is None:  # no worker could run it: as rows, here
+    for unit, result in graded:
+        if result is None:
             rows, unit_bad = parse_lines(unit, spec)
             bad += unit_bad
             write((rows, grade_alternatives(rows, grade_rows, lambda _n: None), 0))

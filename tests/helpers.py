@@ -70,6 +70,41 @@ def real_rollouts() -> list[Rollout]:
     return [r for group in qwen_groups() + gsm8k_groups() for r in group]
 
 
+def mixed_lines() -> bytes:
+    """Every kind of line item mode handles, as raw bytes (line mode must write
+    what item mode writes for each: tests/unit/test_line_mode.py and the fleet's
+    in tests/integration/test_cli_fleet.py)."""
+    from producer.batching import MAX_LINE_BYTES
+
+    real = real_rollouts()[:150]
+    records: list[Any] = [{"response": r.response, "gold": r.gold} for r in real]
+    records[3:3] = [
+        {"uid": "s", "responses": ["\\boxed{4}", "\\boxed{5}", "x"], "gt": 4},
+        {"code": ["\\boxed{0.5}"], "gold": ["1/3", "1/2"]},
+        {"response": "\\boxed{18446744073709551616}", "gold": 18446744073709551616},
+        {"response": "\\boxed{0.5}", "gold": 0.5, "meta": {"cached": False}},
+        {"response": "so \\boxed{\ud800}", "gold": "1", "cached": "input's"},
+        {"response": "\\boxed{1}", "gold": "1", "gradefleet_line": -1},
+        {"response": 3, "gold": "1"},
+        {"response": "x" * 10, "gold": ""},
+        [1, 2],
+    ]
+    lines = [json.dumps(record).encode() for record in records]
+    lines[0] = b"\xef\xbb\xbf" + lines[0]  # a byte order mark
+    lines[10:10] = [
+        b"",
+        b"   ",
+        b"{not json",
+        b'{"response": "\\\\boxed{1}", "gold": NaN}',
+        b'{"response": "\xff\xfe", "gold": "1"}',  # invalid UTF-8
+        b'{"response": "' + b"y" * (MAX_LINE_BYTES + 10) + b'", "gold": "1"}',
+        b'{"response": "caf\xc3\xa9 \\\\boxed{2}", "gold": "2"}',
+    ]
+    return (
+        b"\n".join(lines) + b"\n" + json.dumps({"response": "1", "gold": "1"}).encode()
+    )
+
+
 def _alloc_slowly() -> None:
     blobs = []
     while True:

@@ -161,14 +161,19 @@ class BatchProgress:
         with contextlib.suppress(*BROKER_REFUSALS):
             pipe.execute()
 
-    def finish(self, result_json: str | None = None) -> None:
+    def finish(
+        self, result_json: str | None = None, output: tuple[str, bytes] | None = None
+    ) -> None:
         """This delivery ended cleanly: store the result (JSON text) as SUCCESS (with
-        a slot), drop the saved verdicts (the result holds them all), the delivery
+        a slot), and `output` (key, bytes: a batch of lines' output lines) before
+        it; drop the saved verdicts (the result holds them all), the delivery
         counter, the stored items and the claim, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         other = pipe
         if self._slot is not None and result_json is not None:
             other = self._result_pipe(pipe)
+            if output is not None:  # before the result that names it
+                other.set(output[0], output[1], ex=self._slot.ttl_s)
             meta = task_meta("SUCCESS", result_json, self._slot.task_id)
             other.set(self._slot.key, meta, ex=self._slot.ttl_s)
             # After the SET, in the same pipeline: a producer woken by this id

@@ -250,8 +250,8 @@ def _item_from_wire(raw: object, position: int) -> WireItem:
     return {"index": index, "response": response, "gold": gold}
 
 
-def _items_from_wire(raw: object) -> tuple[WireItem, ...]:
-    if not isinstance(raw, list) or not raw:
+def _items_from_wire(raw: object, *, allow_empty: bool) -> tuple[WireItem, ...]:
+    if not isinstance(raw, list) or not (raw or allow_empty):
         raise InvalidRequestError("items must be a non-empty list")
     if len(raw) > MAX_ITEMS_PER_BATCH:
         raise InvalidRequestError(f"batch has {len(raw)} items > {MAX_ITEMS_PER_BATCH}")
@@ -270,8 +270,9 @@ def _options_from_wire(raw: object) -> GradeOptions:
         raise InvalidRequestError(f"bad options: {exc}") from exc
 
 
-def batch_from_wire(data: object) -> WireBatchRequest:
-    """Validate a task argument strictly.
+def batch_from_wire(data: object, *, allow_empty: bool = False) -> WireBatchRequest:
+    """Validate a task argument strictly (`allow_empty`: a batch of input lines,
+    `workers.line_batch`, may hold no rollout, all its lines malformed).
 
     Raises:
         InvalidRequestError: wrong schema version, types, sizes or duplicate indexes.
@@ -294,5 +295,5 @@ def batch_from_wire(data: object) -> WireBatchRequest:
         attempt=attempt,
         enqueued_at=float(enqueued_at),
         options=_options_from_wire(data.get("options")),
-        items=_items_from_wire(data.get("items")),
+        items=_items_from_wire(data.get("items"), allow_empty=allow_empty),
     )

@@ -41,6 +41,8 @@ __all__ = [
     "job_board_key",
     "job_done_key",
     "job_entry_key",
+    "line_output_key",
+    "line_result_json",
     "partial_key",
     "priority_queue_keys",
     "progress_meta",
@@ -105,6 +107,13 @@ def claim_key(batch_id: str) -> str:
 def partial_key(batch_id: str) -> str:
     """Hash (broker's Redis): index -> verdict JSON of a batch's items graded so far."""
     return f"{KEY_PREFIX}partial:{batch_id}"
+
+
+def line_output_key(batch_id: str, token: str) -> str:
+    """String (result backend): the output lines of one delivery of a batch of
+    input lines (`line_result_json` names it; a token per delivery, so a copy
+    graded twice never mixes its lines with the other's result)."""
+    return f"{KEY_PREFIX}lines:{batch_id}:{token}"
 
 
 def result_key(digest: str, namespace: str = "gradefleet") -> str:
@@ -208,6 +217,48 @@ def result_json(
     return text + "}"
 
 
+def line_result_json(
+    *,
+    job_id: str,
+    batch_id: str,
+    lines: Mapping[str, Any],
+    items_digest: str,
+    keyring: Keyring | None = None,
+) -> str:
+    """The result of a batch of input lines (a fleet's line mode: the CLI stores
+    the lines, `producer.lines.fleet_unit_payload`, and the worker renders them):
+    `lines` holds the totals and malformed lines and names the key of the output
+    lines (`line_output_key`: bytes as the CLI writes them, never escaped into
+    this JSON and read back), with their size and, with a keyring, their SHA-256;
+    or it says why the worker did not grade them ("unfit"). Signed with a
+    keyring, as `result_json`, under a purpose of its own."""
+    fields = {
+        "schema": SCHEMA_VERSION,
+        "job_id": job_id,
+        "batch_id": batch_id,
+        "results": [],
+        "items_digest": items_digest,
+        "lines": lines,
+    }
+    text = json.dumps(fields)
+    if keyring is None:
+        return text
+    parts = _lines_mac_parts(job_id, batch_id, items_digest, lines)
+    return text[:-1] + f', "mac": {json.dumps(keyring.sign(_LINES_PURPOSE, *parts))}}}'
+
+
+# A line result's MAC is of its own kind: a verdicts result's MAC never passes for one.
+_LINES_PURPOSE = "result-lines"
+
+
+def _lines_mac_parts(
+    job_id: str, batch_id: str, digest: str, lines: object
+) -> tuple[str, str, str, str]:
+    # The lines object as `json.dumps` writes it with sorted keys: the producer
+    # writes the same text from what it parsed, however the result was encoded.
+    return (job_id, batch_id, digest, json.dumps(lines, sort_keys=True))
+
+
 def result_rejection(
     data: object,
     *,
@@ -233,6 +284,11 @@ def result_rejection(
         return None
     if not isinstance(digest, str) or digest != items_digest:
         return "result names no items digest"
+    if "lines" in data:
+        parts = _lines_mac_parts(job_id, batch_id, digest, data["lines"])
+        if not keyring.verify(data.get("mac"), _LINES_PURPOSE, *parts):
+            return "result MAC does not verify"
+        return None
     items_text = json.dumps(data.get("results"))
     parts = _result_mac_parts(job_id, batch_id, digest, items_text)
     if not keyring.verify(data.get("mac"), "result", *parts):
@@ -296,6 +352,8 @@ class TaskMeta:
     results: list[tuple[int, Verdict]] | None = None
     failure: str | None = None
     envelope: Mapping[str, Any] | None = field(default=None, compare=False)
+    # A line batch's output (`line_result_json`), as the result holds it.
+    lines: Mapping[str, Any] | None = None
 
     @property
     def running(self) -> bool:
@@ -347,7 +405,13 @@ def read_task_meta(payload: bytes | str) -> TaskMeta:
         except InvalidRequestError as exc:
             return TaskMeta(status, failure=str(exc))
         assert isinstance(result, Mapping)  # results_from_wire checked it
-        return TaskMeta(status, results=pairs, envelope=result)
+        lines = result.get("lines")
+        return TaskMeta(
+            status,
+            results=pairs,
+            envelope=result,
+            lines=lines if isinstance(lines, Mapping) else None,
+        )
     if status == "FAILURE":
         result = meta.get("result")
         result = result if isinstance(result, Mapping) else {}

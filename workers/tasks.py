@@ -38,6 +38,7 @@ from workers.contract import (
     wire_items_digest,
 )
 from workers.lanes import INTERACTIVE, lane_of_queue
+from workers.line_batch import is_line_unit, line_batch
 from workers.models import Status, Verdict
 from workers.protocol import (
     claim_key,
@@ -84,9 +85,13 @@ class BatchRun:
         items_digest: str | None = None,
         items_key: str | None = None,
         claim: Lock | None = None,
+        render: Callable[[list[Verdict]], tuple[str, tuple[str, bytes] | None]]
+        | None = None,
     ) -> None:
         self.runtime = runtime
         self.claim = claim
+        # A batch of input lines stores its rendered lines (`line_batch`).
+        self.render = render
         self.request = request
         self.task = task
         self.lane = lane
@@ -124,9 +129,9 @@ class BatchRun:
         try:
             with self._heartbeat():
                 self._grade_or_stand_in(todo, attempts)
-            result = self._result_json()
+            result, output = self._result()
             OUTLAST_REFUSALS.call_with_retry(
-                lambda: self.progress.finish(result), self._refused
+                lambda: self.progress.finish(result, output), self._refused
             )
         finally:
             # After the result is stored: its producer does not wait for the cache.
@@ -168,8 +173,14 @@ class BatchRun:
             on_beat=lambda: renew(self.claim),
         )
 
+    def _result(self) -> tuple[str, tuple[str, bytes] | None]:
+        """The result of exactly this batch's indexes, as JSON text, and what a
+        batch of lines stores beside it (its output lines, under their key)."""
+        if self.render is not None:
+            return self.render([self.done[it["index"]] for it in self.request.items])
+        return self._result_json(), None
+
     def _result_json(self) -> str:
-        """The result of exactly this batch's indexes, as JSON text."""
         results = [(it["index"], self.done[it["index"]]) for it in self.request.items]
         return result_json(
             job_id=self.request.job_id,
@@ -247,11 +258,17 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
         runtime.metrics.batch_skipped(skip[0])
         log.info("batch %s acknowledged without grading: %s", self.request.id, skip[1])
         return
-    if key is not None:  # items stored by the producer (`contract.detach_items`)
-        wire = attach_items(wire, payload)
-    request = batch_from_wire(wire)
     digest = wire_items_digest(wire, payload)
     keyring = runtime.settings.keyring
+    render = None
+    if key is not None and is_line_unit(payload):  # lines, not items
+        assert payload is not None
+        lines = line_batch(wire, payload, digest, keyring)
+        request, render = lines.request, lines.render
+    else:
+        if key is not None:  # items stored by the producer (`contract.detach_items`)
+            wire = attach_items(wire, payload)
+        request = batch_from_wire(wire)
     if keyring is not None and not task_mac_ok(
         request, wire.get("mac"), digest, keyring
     ):
@@ -285,6 +302,7 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
                 items_digest=digest,
                 items_key=key,
                 claim=claim,
+                render=render,
             ).run()
     except BaseException:
         release(claim)  # a re-send grades it at once (the result ends it otherwise)

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from click.testing import CliRunner
 
 from producer.batching import LINE_FIELD
 from producer.cli import cli
 from producer.client import GradingClient
-from tests.helpers import free_port
+from tests.helpers import free_port, mixed_lines
 
 pytestmark = pytest.mark.integration
 
@@ -215,3 +216,61 @@ def test_cli_fleet_grade_of_several_chunks_keeps_every_row_in_order(
     assert _without_cached(_read_jsonl(out)) == _without_cached(
         [dict(r, status="correct" if r["correct"] else "wrong") for r in rows]
     )
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_cli_fleet_line_mode_writes_what_item_mode_writes(
+    workers: Any,
+    redis_server: str,
+    tmp_path: Path,
+    signed: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given every kind of line (samples, alternative golds, big numbers, floats,
+    # NaN, lone surrogates, a BOM, blank, malformed and overlong lines, invalid
+    # UTF-8), two workers and, signed, a fleet key on both sides
+    env = {"GRADEFLEET_SIGNING_KEY": "k1:" + "cd" * 32} if signed else {}
+    workers.start(concurrency=2, item_timeout_s=ITEM_TIMEOUT_S, extra_env=env)
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(mixed_lines())
+    base = ["--broker", redis_server, "--item-timeout-s", str(ITEM_TIMEOUT_S)]
+    runs = {}
+    units: list[int] = []  # units each run submitted (the real method, counted)
+    submit_units = GradingClient.submit_units
+
+    def counted(client: GradingClient, payloads: Any, *a: Any, **kw: Any) -> Any:
+        units.append(len(payloads))
+        return submit_units(client, payloads, *a, **kw)
+
+    monkeypatch.setattr(GradingClient, "submit_units", counted)
+    # When it is graded in line mode (units of 7 lines: a line's samples and
+    # the lines around it meet across units), then in item mode (--resume of a
+    # new output reads rows)
+    for mode, extra in (("lines", ["--batch-size", "7"]), ("items", ["--resume"])):
+        out = tmp_path / f"{mode}.jsonl"
+        args = ["grade", str(source), "-o", str(out), *base, *extra]
+        result = CliRunner().invoke(cli, args, env=env)
+        runs[mode] = (result, out.read_bytes())
+        if mode == "lines":  # 167 lines, in units of at most 7: line mode it was
+            assert sum(units) >= 167 // 7
+            units.clear()
+    assert units == []  # and item mode sent rows
+    # Then both report the same six bad lines (exit 3) and write the same rows
+    (lines, lines_out), (items, items_out) = runs["lines"], runs["items"]
+    assert lines.exit_code == items.exit_code == 3, lines.output
+    assert (
+        lines.stderr.split("rollouts graded")[0]
+        == items.stderr.split("rollouts graded")[0]
+    )
+    assert "rollouts graded  161" in lines.stderr
+    assert len(lines_out.splitlines()) == 161
+    # (the cache answers the second run: only `cached` may differ)
+    as_rows = [_read_bytes(out) for out in (lines_out, items_out)]
+    assert _without_cached(as_rows[0]) == _without_cached(as_rows[1])
+    # And the output lines kept beside the results were all read and deleted
+    admin = redis.Redis.from_url(redis_server)
+    assert list(admin.scan_iter(match="gradefleet:v1:lines:*")) == []
+
+
+def _read_bytes(data: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in data.splitlines()]

@@ -20,7 +20,6 @@ import pytest
 from click.testing import CliRunner
 
 from producer.batching import (
-    MAX_LINE_BYTES,
     InputRow,
     dump_line,
     graded_record,
@@ -34,6 +33,7 @@ from tests.helpers import (
     hostile_grade,
     kill_when_marked,
     misbehave_while_prepared,
+    mixed_lines,
     real_rollouts,
 )
 from workers.local import GradePairs, LocalPool
@@ -41,37 +41,6 @@ from workers.models import GradeOptions, Status
 
 OPTIONS = GradeOptions()
 MIB = 1 << 20
-
-
-def _mixed_lines() -> bytes:
-    """Every kind of line item mode handles, as raw bytes."""
-    real = real_rollouts()[:150]
-    records: list[Any] = [{"response": r.response, "gold": r.gold} for r in real]
-    records[3:3] = [
-        {"uid": "s", "responses": ["\\boxed{4}", "\\boxed{5}", "x"], "gt": 4},
-        {"code": ["\\boxed{0.5}"], "gold": ["1/3", "1/2"]},
-        {"response": "\\boxed{18446744073709551616}", "gold": 18446744073709551616},
-        {"response": "\\boxed{0.5}", "gold": 0.5, "meta": {"cached": False}},
-        {"response": "so \\boxed{\ud800}", "gold": "1", "cached": "input's"},
-        {"response": "\\boxed{1}", "gold": "1", "gradefleet_line": -1},
-        {"response": 3, "gold": "1"},
-        {"response": "x" * 10, "gold": ""},
-        [1, 2],
-    ]
-    lines = [json.dumps(record).encode() for record in records]
-    lines[0] = b"\xef\xbb\xbf" + lines[0]  # a byte order mark
-    lines[10:10] = [
-        b"",
-        b"   ",
-        b"{not json",
-        b'{"response": "\\\\boxed{1}", "gold": NaN}',
-        b'{"response": "\xff\xfe", "gold": "1"}',  # invalid UTF-8
-        b'{"response": "' + b"y" * (MAX_LINE_BYTES + 10) + b'", "gold": "1"}',
-        b'{"response": "caf\xc3\xa9 \\\\boxed{2}", "gold": "2"}',
-    ]
-    return (
-        b"\n".join(lines) + b"\n" + json.dumps({"response": "1", "gold": "1"}).encode()
-    )
 
 
 def _grade_rows(pool: LocalPool) -> Callable[[Sequence[InputRow], Any], list[Any]]:
@@ -116,7 +85,7 @@ def test_line_mode_writes_what_item_mode_writes_byte_for_byte(
     # beyond 64 bits, floats, NaN, lone surrogates, a BOM, blank, malformed,
     # non-object, invalid UTF-8, overlong lines, clashing field names
     source = tmp_path / "in.jsonl"
-    source.write_bytes(_mixed_lines())
+    source.write_bytes(mixed_lines())
     outputs = {}
     with _pool() as pool:
         for mode in ("items", "lines"):

@@ -1,0 +1,254 @@
+"""A fleet's line mode, the pure parts: the unit payload a producer stores, the
+batch a worker makes of it (`workers.line_batch`), the result envelope and its MAC
+(`protocol.line_result_json`), and what the producer reads back. The fleet runs of
+it are in tests/integration/test_cli_fleet.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from producer.batching import (
+    InputRow,
+    alternative_items,
+    choose_alternatives,
+    grade_alternatives,
+)
+from producer.fields import FieldSpec
+from producer.lines import (
+    UNIT_MAX_BYTES,
+    LineGrader,
+    fleet_unit_payload,
+    fleet_unit_result,
+    grade_line_unit,
+    line_unit,
+    read_fleet_unit,
+)
+from workers.contract import MAX_ITEMS_PER_BATCH
+from workers.line_batch import is_line_unit, line_batch
+from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.protocol import read_task_meta, result_json, result_rejection, task_meta
+from workers.signing import Keyring
+
+OPTIONS = GradeOptions()
+KEYRING = Keyring.from_text("k1:" + "ab" * 32)
+WIRE = {
+    "schema": 1,
+    "job_id": "job",
+    "batch_id": "job.0",
+    "attempt": 1,
+    "enqueued_at": 1.0,
+    "options": OPTIONS.to_dict(),
+    "items_key": "gradefleet:v1:items:job.0",
+}
+
+
+def _verdict(response: str, gold: str) -> Verdict:
+    """A made-up verdict that depends on its pair (correct when they are equal)."""
+    correct = response.endswith(f"{{{gold}}}")
+    return Verdict(
+        correct=correct,
+        status=Status.CORRECT if correct else Status.WRONG,
+        format_valid=True,
+        extracted=response[-3:],
+        extraction_method=ExtractionMethod.BOXED,
+        grader_version="test",
+    )
+
+
+def _grade(pairs: list[tuple[str, str]], _options: GradeOptions) -> list[Verdict]:
+    return [_verdict(response, gold) for response, gold in pairs]
+
+
+LINES = [
+    (1, b'{"response": "so \\\\boxed{4}", "gold": "4", "id": 7}\n'),
+    (2, b"not json\n"),
+    (3, b'{"responses": ["\\\\boxed{1}", "\\\\boxed{2}"], "gold": "2"}\n'),
+    (5, b'{"response": "\\\\boxed{b}", "gold": ["a", "b"]}\n'),
+    (6, b'{"response": "caf\xc3\xa9 \\\\boxed{9}", "gold": "8"}\n'),
+]
+
+
+def _payload(lines: list[tuple[int, bytes]] = LINES) -> bytes:
+    return fleet_unit_payload(*line_unit(lines, FieldSpec(), OPTIONS))
+
+
+def test_fleet_unit_payload_reads_back_the_rows_and_errors_item_mode_reads() -> None:
+    # Given a unit of lines of every kind
+    payload = _payload()
+    # When a worker reads it
+    assert is_line_unit(payload)
+    read = read_fleet_unit(payload)
+    # Then it finds the rows and the malformed line that grade_line_unit finds
+    assert read is not None
+    rows, errors = read
+    embedded, _out = grade_line_unit(*line_unit(LINES, FieldSpec(), OPTIONS), _grade)
+    assert errors == embedded["errors"] == [[2, errors[0][1]]]
+    assert [(r.line_no, r.response) for r in rows][:3] == [
+        (1, "so \\boxed{4}"),
+        (3, "\\boxed{1}"),
+        (3, "\\boxed{2}"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda p: p[:-1],  # a byte short of the sizes
+        lambda p: p + b"x",  # a byte over
+        lambda p: p.replace(b'"numbers":[1,', b'"numbers":["1",'),
+        lambda p: p.replace(b'"spec":[null,null]', b'"spec":[1,null]'),
+        lambda p: p.split(b"\n", 1)[0],  # no JSON line
+    ],
+)
+def test_fleet_unit_that_does_not_add_up_is_not_read(tamper: Any) -> None:
+    assert read_fleet_unit(tamper(_payload())) is None
+
+
+def test_items_payload_is_not_a_line_unit() -> None:
+    assert not is_line_unit(b'[{"index": 0, "response": "1", "gold": "1"}]')
+    assert not is_line_unit(None)
+
+
+def test_alternative_items_then_choose_is_grade_alternatives() -> None:
+    read = read_fleet_unit(_payload())
+    assert read is not None
+    rows = read[0]
+    items, owners = alternative_items(rows)
+    assert len(items) == len(rows) + 1  # the row with two golds
+    chosen = choose_alternatives(len(rows), owners, _grade_rows(items))
+    assert chosen == grade_alternatives(rows, lambda todo, _a: _grade_rows(todo), print)
+
+
+def _grade_rows(rows: list[InputRow]) -> list[Verdict]:
+    return _grade([(row.response, row.gold) for row in rows], OPTIONS)
+
+
+def _rendered(payload: bytes, keyring: Keyring | None = None) -> Any:
+    """What a worker stores for `payload`: the result meta and the output."""
+    batch = line_batch(WIRE, payload, "digest", keyring)
+    verdicts = _grade(
+        [(it["response"], it["gold"]) for it in batch.request.items], OPTIONS
+    )
+    text, output = batch.render(verdicts)
+    return batch, text, output
+
+
+def test_line_batch_renders_what_the_embedded_line_mode_writes() -> None:
+    # Given a unit of lines graded by a fleet worker and by an embedded worker
+    batch, text, output = _rendered(_payload())
+    embedded, embedded_out = grade_line_unit(
+        *line_unit(LINES, FieldSpec(), OPTIONS), _grade
+    )
+    # Then the output lines and totals are the same bytes, stored under the key
+    # the result names, with their size
+    assert output is not None
+    key, out = output
+    assert out == embedded_out
+    meta = read_task_meta(task_meta("SUCCESS", text, "job.0"))
+    assert meta.lines is not None
+    assert meta.lines["out_key"] == key
+    assert key.startswith("gradefleet:v1:lines:job.0:")
+    assert meta.lines["out_bytes"] == len(out)
+    assert meta.lines["totals"] == embedded["totals"]
+    assert meta.lines["errors"] == embedded["errors"]
+    assert len(batch.request.items) == 6  # five rows, one with two golds
+    # And the producer's reading of it is the embedded unit result
+    assert fleet_unit_result({**meta.lines, "out": out}) == (
+        {"totals": embedded["totals"], "errors": embedded["errors"]},
+        embedded_out,
+    )
+
+
+def test_line_batch_of_malformed_lines_only_is_an_empty_batch() -> None:
+    batch, text, output = _rendered(_payload([(1, b"nope\n"), (2, b"[1]\n")]))
+    assert batch.request.items == ()
+    assert output is not None
+    assert output[1] == b""
+    meta = read_task_meta(task_meta("SUCCESS", text, "job.0"))
+    assert meta.lines is not None
+    assert len(meta.lines["errors"]) == 2
+
+
+def test_line_batch_too_big_or_not_adding_up_is_answered_unfit() -> None:
+    big = [
+        (
+            1,
+            json.dumps(
+                {"responses": ["1"] * (MAX_ITEMS_PER_BATCH + 1), "gold": "1"}
+            ).encode(),
+        )
+    ]
+    for payload in (_payload(big), _payload()[:-1]):
+        batch, text, output = _rendered(payload)
+        assert batch.request.items == ()
+        assert output is None
+        lines = read_task_meta(task_meta("SUCCESS", text, "job.0")).lines
+        assert lines is not None
+        assert "unfit" in lines
+        assert fleet_unit_result(lines) is None  # its lines go as rows
+
+
+def test_line_result_mac_covers_the_output_and_is_its_own_kind() -> None:
+    # Given a signed line result
+    _batch, text, output = _rendered(_payload(), KEYRING)
+    assert output is not None
+    envelope = json.loads(text)
+    assert envelope["lines"]["out_sha256"] == hashlib.sha256(output[1]).hexdigest()
+
+    def rejection(data: Any) -> str | None:
+        return result_rejection(
+            data, job_id="job", batch_id="job.0", items_digest="digest", keyring=KEYRING
+        )
+
+    # Then it verifies, and not once its totals or its output's digest change
+    assert rejection(envelope) is None
+    for field, value in (("out_sha256", "0" * 64), ("totals", {})):
+        forged = {**envelope, "lines": {**envelope["lines"], field: value}}
+        assert rejection(forged) == "result MAC does not verify"
+    # And a verdicts result's MAC does not pass for lines
+    signed = json.loads(
+        result_json(
+            job_id="job",
+            batch_id="job.0",
+            results=[],
+            items_digest="digest",
+            keyring=KEYRING,
+        )
+    )
+    assert rejection({**envelope, "mac": signed["mac"]}) == "result MAC does not verify"
+
+
+def test_fleet_unit_result_refuses_what_a_worker_does_not_store() -> None:
+    good = {"totals": {}, "errors": [[2, "bad"]], "out": b"{}\n"}
+    assert fleet_unit_result(good) is not None
+    for bad in (
+        {**good, "out": "{}\n"},
+        {**good, "errors": [["2", "bad"]]},
+        {**good, "totals": []},
+        None,
+    ):
+        assert fleet_unit_result(bad) is None
+
+
+def test_line_grader_cuts_units_by_lines_and_by_bytes() -> None:
+    # Given lines of which two are big, and units of at most 3 lines
+    lines = [(n, b"x\n") for n in range(1, 8)]
+    lines[3] = (4, b"y" * (UNIT_MAX_BYTES - 10))
+    lines[4] = (5, b"z" * 100)
+    seen: list[list[int]] = []
+
+    def run_units(units: Any, weights: Any, _advance: Any) -> list[None]:
+        seen.extend(unit["numbers"] for unit, _body in units)
+        assert list(weights) == [len(unit["numbers"]) for unit, _body in units]
+        return [None] * len(units)
+
+    # When a chunk is cut (the unit size a function of the chunk's lines)
+    LineGrader(run_units, FieldSpec(), OPTIONS, lambda n: 3 if n == 7 else 0)(
+        lines, print
+    )
+    # Then no unit passes either bound, unless one line is the whole unit
+    assert seen == [[1, 2, 3], [4], [5, 6, 7]]
