@@ -54,7 +54,7 @@ from workers import __version__
 from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
 from workers.signing import Keyring, keyring_from_env
-from workers.sizing import LOCAL_BATCH_SIZE, batch_size_for
+from workers.sizing import LOCAL_BATCH_SIZE, line_unit_lines_for
 from workers.urls import connect_url, read_secret
 
 __all__ = ["cli", "main"]
@@ -121,13 +121,13 @@ def _watch(url: str | None) -> AbstractContextManager[NoWorkerWatch | None]:
 
 
 def _unit_lines(settings: ProducerSettings) -> dict[str, Any]:
-    """A fleet's line units are its tasks: as many lines as a task's rollouts
-    (--batch-size, else `sizing.batch_size_for` the chunk); the embedded pool's
-    keep their own size."""
+    """A fleet's line units are its tasks: --batch-size lines, else
+    `sizing.line_unit_lines_for` the chunk; the embedded pool's keep their own
+    size."""
     if settings.broker_url is None:
         return {}
     fixed = settings.batch_size
-    return {"unit_lines": (lambda _n: fixed) if fixed else batch_size_for}
+    return {"unit_lines": (lambda _n: fixed) if fixed else line_unit_lines_for}
 
 
 class _ChunkGrader:

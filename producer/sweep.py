@@ -172,7 +172,7 @@ def grade_file(
     spec: FieldSpec,
     show_progress: bool,
     resume: bool = False,
-    overlap: bool = True,
+    overlap: bool = False,
     grade_lines: LineGrader | None = None,
 ) -> Summary:
     """Grade `input_path` into `output_path` and return the run's totals.
@@ -183,9 +183,10 @@ def grade_file(
     process reads rows and writes verdicts. With `overlap`, the next chunk is read
     and the previous one written in threads while two are graded
     (`producer.overlap`): for a fleet, which grades elsewhere while this process
-    waits on sockets. Without it, in turn: for the embedded pool, whose workers
-    share this machine's cores, so the threads' GIL hand-offs cost more CPU than
-    the overlap saves (issue 11).
+    waits on sockets, and whose client takes calls from two threads. Without it
+    (the default), in turn: for the embedded pool, which takes one call at a time
+    and whose workers share this machine's cores (the threads' GIL hand-offs cost
+    more CPU than the overlap saves, issue 11).
 
     Rows the deadline cut off are written as `timeout`; their input lines are in
     `summary.late_lines` (see `deadline_error`).
