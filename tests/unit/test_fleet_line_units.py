@@ -32,6 +32,7 @@ from workers.line_batch import is_line_unit, line_batch
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.protocol import read_task_meta, result_json, result_rejection, task_meta
 from workers.signing import Keyring
+from workers.sizing import MAX_LINE_UNIT_LINES, MIN_BATCH_SIZE, line_unit_lines_for
 
 OPTIONS = GradeOptions()
 KEYRING = Keyring.from_text("k1:" + "ab" * 32)
@@ -252,3 +253,10 @@ def test_line_grader_cuts_units_by_lines_and_by_bytes() -> None:
     )
     # Then no unit passes either bound, unless one line is the whole unit
     assert seen == [[1, 2, 3], [4], [5, 6, 7]]
+
+
+def test_line_units_are_sixteen_a_chunk_within_bounds() -> None:
+    assert line_unit_lines_for(20_000) == 1_250
+    assert line_unit_lines_for(2_048) == 128
+    assert line_unit_lines_for(10) == MIN_BATCH_SIZE
+    assert line_unit_lines_for(10**6) == MAX_LINE_UNIT_LINES
