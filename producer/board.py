@@ -44,10 +44,13 @@ class WatchedJob(Protocol):
 
     job_id: str
     lane: str
-    total: int
+    total: int  # results (rollouts, or units of lines)
+    rollouts: int
 
     @property
     def done(self) -> int: ...
+    @property
+    def rollouts_done(self) -> int: ...
     @property
     def in_flight(self) -> int: ...
 
@@ -170,8 +173,8 @@ class JobBoard:
             key = job_entry_key(job.job_id)
             fields: Mapping[str | bytes, Any] = {
                 "lane": job.lane,
-                "total": job.total,
-                "done": job.done,
+                "total": job.rollouts,
+                "done": job.rollouts_done,
                 "in_flight": job.in_flight,
             }
             pipe.hset(key, mapping=dict(fields))

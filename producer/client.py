@@ -265,7 +265,7 @@ class GradingClient:
     def submit_units(
         self,
         units: Sequence[bytes],
-        rollouts: int,
+        weights: Sequence[int],
         *,
         deadline_s: float | None = None,
         priority: str | None = None,
@@ -274,15 +274,23 @@ class GradingClient:
         """Like `submit`, for units of input lines (`producer.lines.
         fleet_unit_payload`, the CLI's line mode): one task each, graded and
         rendered by a worker (`workers.line_batch`). The job yields (unit index,
-        the result's `lines`) pairs; `rollouts` (about how many the units hold) is
-        what the metrics count."""
+        the result's `lines`) pairs; `weights` (each unit's lines: about its
+        rollouts) are what the metrics and the job board count."""
+        rollouts = sum(weights)
         job_id = uuid.uuid4().hex
         batches = [
             Batch(batch_id=f"{job_id}.{n}", items=((n, "", ""),), unit=unit)
             for n, unit in enumerate(units)
         ]
         return self._start(
-            job_id, batches, len(units), rollouts, deadline_s, priority, options
+            job_id,
+            batches,
+            len(units),
+            rollouts,
+            deadline_s,
+            priority,
+            options,
+            weights=weights,
         )
 
     def _start(
@@ -294,9 +302,11 @@ class GradingClient:
         deadline_s: float | None,
         priority: str | None,
         options: GradeOptions | None,
+        weights: Sequence[int] | None = None,
     ) -> GradingJob:
-        """Put a job of `batches` (`total` results: rollouts, or units) on the
-        board and publish its first window; `submitted` rollouts are counted."""
+        """Put a job of `batches` (`total` results: rollouts, or units of
+        `weights` rollouts each) on the board and publish its first window;
+        `submitted` rollouts are counted."""
         job_options = options or self.options
         lane = self.priority if priority is None else parse_lane(priority)
         limit_s = deadline_s if deadline_s is not None else self.deadline_s
@@ -319,6 +329,7 @@ class GradingClient:
             broker_watch=self._board,
             refused_limit_s=self.refused_limit_s,
             run_id=self._run_id,
+            weights=weights,
         )
         try:
             # On the board before its first batch is published: a worker skips a

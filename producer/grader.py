@@ -475,7 +475,7 @@ class _FleetGrader(GraderBase):
 
         job = self._client.submit_units(
             [fleet_unit_payload(unit, body) for unit, body in units],
-            sum(weights),
+            weights,
             deadline_s=deadline_s,
         )
         results: list[Any] = [None] * len(units)

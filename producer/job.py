@@ -213,9 +213,15 @@ class GradingJob:
         broker_watch: BrokerWatch | None = None,
         refused_limit_s: float = DEFAULT_REFUSED_LIMIT_S,
         run_id: ServerRunId | None = None,
+        weights: Sequence[int] | None = None,
     ) -> None:
         self.job_id = job_id
         self.lane = lane
+        # Rollouts per result (a unit of lines holds many); None: one each. The
+        # board shows rollouts (`rollouts`, `rollouts_done`), not results.
+        self._weights = weights
+        self.rollouts = total if weights is None else sum(weights)
+        self._rollouts_done = 0
         self._keyring = keyring
         self._done_key = job_done_key(job_id).encode()
         self.total = total
@@ -337,6 +343,11 @@ class GradingJob:
     def done(self) -> int:
         """Rollouts with a verdict so far (as of the last poll)."""
         return self._done
+
+    @property
+    def rollouts_done(self) -> int:
+        """Rollouts whose result arrived (as of the last poll)."""
+        return self._rollouts_done
 
     @property
     def in_flight(self) -> int:
@@ -593,8 +604,10 @@ class GradingJob:
                 self._on_failure(batch, "the output lines of a unit are missing")
                 continue
             batch.done = True
-            self._forget([key.encode()])
             pairs.append((batch.items[0][0], {**lines, "out": out}))
+        read = [key.encode() for key, out in outputs.items() if out is not None]
+        if read:  # read once: gone (a re-send stores its own under a new token)
+            self._forget(read)
         return self._accept(pairs)
 
     def _mget(self, keys: list[str]) -> list[Any]:
@@ -606,6 +619,9 @@ class GradingJob:
             if self._verdicts[index] is None:
                 self._verdicts[index] = verdict
                 self._done += 1
+                self._rollouts_done += (
+                    1 if self._weights is None else self._weights[index]
+                )
                 fresh.append((index, verdict))
         return fresh
 

@@ -12,9 +12,13 @@ import redis
 from click.testing import CliRunner
 
 from producer.batching import LINE_FIELD
+from producer.board import read_job_board
 from producer.cli import cli
 from producer.client import GradingClient
+from producer.fields import FieldSpec
+from producer.lines import fleet_unit_payload, line_unit
 from tests.helpers import free_port, mixed_lines
+from workers.models import GradeOptions
 
 pytestmark = pytest.mark.integration
 
@@ -274,3 +278,24 @@ def test_cli_fleet_line_mode_writes_what_item_mode_writes(
 
 def _read_bytes(data: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data.splitlines()]
+
+
+def test_job_board_counts_the_rollouts_of_a_job_of_line_units(
+    start_redis_server: Any,
+) -> None:
+    # Given a job of two units of lines (3 and 5 lines) and no worker, on a
+    # Redis of its own (its queued batches stay behind)
+    url = start_redis_server()
+    payloads = [
+        fleet_unit_payload(*line_unit(lines, FieldSpec(), GradeOptions()))
+        for lines in (
+            [(n, b'{"response": "1", "gold": "1"}\n') for n in range(1, 4)],
+            [(n, b'{"response": "2", "gold": "1"}\n') for n in range(4, 9)],
+        )
+    ]
+    with GradingClient(url) as client:
+        job = client.submit_units(payloads, [3, 5])
+        # Then `gradefleet status` shows its rollouts, not its two results
+        entries = read_job_board(redis.Redis.from_url(url))
+        assert [(e.job_id, e.total, e.done) for e in entries] == [(job.job_id, 8, 0)]
+        assert (job.total, job.rollouts) == (2, 8)

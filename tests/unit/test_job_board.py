@@ -19,6 +19,14 @@ class _Job:
     done: int = 0
     in_flight: int = 0
 
+    @property
+    def rollouts(self) -> int:  # one rollout a result, as a job of rollouts
+        return self.total
+
+    @property
+    def rollouts_done(self) -> int:
+        return self.done
+
 
 def test_job_board_lists_jobs_until_done(redis_client):
     board = JobBoard(redis_client)
