@@ -505,8 +505,12 @@ class GradingJob:
             self._release(finished)
             self._in_flight -= len(finished)
         self._send_next(self._max_in_flight - self._in_flight)
-        if fresh and self._metrics is not None:
-            self._metrics.results_received.inc(len(fresh))
+        if fresh and self._metrics is not None:  # rollouts, as submitted
+            weights = self._weights
+            received = (
+                len(fresh) if weights is None else sum(weights[i] for i, _ in fresh)
+            )
+            self._metrics.results_received.inc(received)
         self._report()
         return fresh
 

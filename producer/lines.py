@@ -1,4 +1,5 @@
-"""Line mode: the embedded pool's workers read and write a JSONL file's lines.
+"""Line mode: the workers of the embedded pool or of a fleet read and write a
+JSONL file's lines.
 
 In item mode the CLI parses every line, sends each rollout to a worker, decodes its
 verdict and encodes the output line: about 30 us of the CLI's CPU per rollout, on
@@ -21,6 +22,12 @@ rows) without grading: so a re-graded file starts no grading pool. Many stored u
 are rendered on the cores of a pool that never grades (`replay_stored_unit`, no
 verifier warm-up; the stored text rides undecoded after the unit's lines), few in
 the CLI itself.
+
+On a fleet a unit is a task: its lines are stored in Redis in place of a batch's
+items (`fleet_unit_payload`), a worker reads and grades them as one batch and
+renders them with `render_unit` (`workers.line_batch`), and the producer gets the
+output lines back as bytes with the totals and malformed lines
+(`fleet_unit_result`).
 """
 
 from __future__ import annotations

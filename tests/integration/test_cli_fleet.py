@@ -18,6 +18,7 @@ from producer.client import GradingClient
 from producer.fields import FieldSpec
 from producer.lines import fleet_unit_payload, line_unit
 from tests.helpers import free_port, mixed_lines
+from workers.metrics import ProducerMetrics
 from workers.models import GradeOptions
 
 pytestmark = pytest.mark.integration
@@ -299,3 +300,38 @@ def test_job_board_counts_the_rollouts_of_a_job_of_line_units(
         entries = read_job_board(redis.Redis.from_url(url))
         assert [(e.job_id, e.total, e.done) for e in entries] == [(job.job_id, 8, 0)]
         assert (job.total, job.rollouts) == (2, 8)
+
+
+def test_fleet_line_units_through_the_client_count_rollouts(
+    workers: Any, redis_server: str
+) -> None:
+    # Given a worker, and a client with metrics
+    workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S)
+    metrics = ProducerMetrics()
+    units = [
+        [(n, b'{"response": "\\\\boxed{1}", "gold": "1"}\n') for n in range(1, 4)],
+        [(n, b'{"response": "\\\\boxed{2}", "gold": "1"}\n') for n in range(4, 9)],
+    ]
+    payloads = [
+        fleet_unit_payload(*line_unit(lines, FieldSpec(), GradeOptions()))
+        for lines in units
+    ]
+    # When two units of 3 and 5 lines are graded through the client
+    with GradingClient(redis_server, metrics=metrics) as client:
+        results = dict(client.submit_units(payloads, [3, 5]).as_completed(60.0))
+    # Then each comes back with its output lines, in order, and the counters
+    # count rollouts, not units
+    rows = {
+        i: [json.loads(line) for line in r["out"].splitlines()]
+        for i, r in results.items()
+    }
+    assert [[r[LINE_FIELD] for r in rows[i]] for i in (0, 1)] == [
+        [1, 2, 3],
+        [4, 5, 6, 7, 8],
+    ]
+    assert [r["correct"] for r in rows[0] + rows[1]] == [True] * 3 + [False] * 5
+    samples = {
+        name: metrics.registry.get_sample_value(f"gradefleet_producer_{name}_total")
+        for name in ("rollouts_submitted", "results_received")
+    }
+    assert samples == {"rollouts_submitted": 8.0, "results_received": 8.0}
