@@ -243,6 +243,7 @@ class GradingJob:
         self._ready: list[tuple[int, Verdict]] = []  # received, not yet yielded
         # Units of lines whose result this poll read, their output not yet.
         self._unit_results: list[tuple[Batch, Any]] = []
+        self._outputs_refused = False
         self._last_activity = time.monotonic()
         self._last_resend_check = 0.0
         self.resent_batches = 0
@@ -585,12 +586,14 @@ class GradingJob:
         try:
             outputs = dict(zip(wanted, self._mget(wanted), strict=True))
         except redis.ResponseError as exc:  # an ACL without the lines' keys
-            log.warning(
-                "job %s: cannot read the output lines of units (%s); grading "
-                "their lines as rows",
-                self.job_id,
-                exc,
-            )
+            if not self._outputs_refused:  # once a job, not once a poll
+                self._outputs_refused = True
+                log.warning(
+                    "job %s: cannot read the output lines of units (%s); grading "
+                    "their lines as rows",
+                    self.job_id,
+                    exc,
+                )
             outputs = {}
             found = [(batch, {"unfit": str(exc)}) for batch, _lines in found]
         except (redis.RedisError, OSError):

@@ -32,21 +32,30 @@ def _acl_lines() -> dict[str, list[str]]:
     return users
 
 
-def test_redis_acl_worker_and_producer_work_with_their_own_users(
-    start_redis_server: Any, make_workers: Any, tmp_path: Path
-) -> None:
-    # Given a Redis with the README's users (passwords swapped for test ones)
+def _acl_server(start_redis_server: Any, producer_drops: str = "") -> tuple[str, Any]:
+    """A Redis with the README's users (passwords swapped for test ones; the
+    producer's without the key pattern `producer_drops`): its port, an admin
+    client."""
     url = start_redis_server()
     admin = redis.Redis.from_url(url)
     users = _acl_lines()
     assert set(users) >= {"gradefleet-worker", "gradefleet-producer"}
+    if producer_drops:
+        assert producer_drops in users["gradefleet-producer"]
+        users["gradefleet-producer"].remove(producer_drops)
     for name, words in sorted(users.items(), key=lambda kv: kv[0] == "default"):
         args = [re.sub(r"^>.*", f">{name}-pw", w) for w in words]
         admin.execute_command("ACL", "SETUSER", *args)  # "default off" last
-    port = url.rsplit(":", 1)[1]
+    return url.rsplit(":", 1)[1], admin
+
+
+def _grade_as_producer(
+    port: str, make_workers: Any, tmp_path: Path
+) -> tuple[str, list[dict[str, Any]]]:
+    """A worker as its user, the CLI as the producer's, 40 lines: the producer's
+    URL and the graded lines (exit 0 asserted)."""
     worker_url = f"redis://gradefleet-worker@127.0.0.1:{port}"
     producer_url = f"redis://gradefleet-producer@127.0.0.1:{port}"
-    # When a worker runs as its user and the CLI grades as the producer's
     env = {"GRADEFLEET_REDIS_PASSWORD": "gradefleet-worker-pw"}
     make_workers(worker_url).start(extra_env=env)
     source = tmp_path / "in.jsonl"
@@ -57,9 +66,18 @@ def test_redis_acl_worker_and_producer_work_with_their_own_users(
     result = runner.invoke(
         cli, ["grade", str(source), "-o", str(out), "--broker", producer_url, "-q"]
     )
-    # Then every line is graded
     assert result.exit_code == 0, result.output
-    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    return producer_url, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_redis_acl_worker_and_producer_work_with_their_own_users(
+    start_redis_server: Any, make_workers: Any, tmp_path: Path
+) -> None:
+    # Given a Redis with the README's users
+    port, admin = _acl_server(start_redis_server)
+    # When a worker runs as its user and the CLI grades as the producer's
+    producer_url, graded = _grade_as_producer(port, make_workers, tmp_path)
+    # Then every line is graded
     assert [g["correct"] for g in graded] == [n % 3 == n for n in range(40)]
     # ...status works as its user
     status = CliRunner(
@@ -81,3 +99,19 @@ def test_redis_acl_worker_and_producer_work_with_their_own_users(
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             write()
+
+
+def test_redis_acl_producer_without_the_output_lines_keys_grades_lines_as_rows(
+    start_redis_server: Any, make_workers: Any, tmp_path: Path
+) -> None:
+    # Given a producer's user from before line mode: no output lines keys
+    port, admin = _acl_server(start_redis_server, "~gradefleet:v1:lines:*")
+    # When the CLI grades on the fleet as that user
+    _url, graded = _grade_as_producer(port, make_workers, tmp_path)
+    # Then its reads of the output lines were refused, and every line is graded
+    # all the same, as rows
+    denied = {e["object"] for e in admin.acl_log() if e["username"] != "default"}
+    assert denied, "the output lines were read"
+    assert all(key.startswith("gradefleet:v1:lines:") for key in denied), denied
+    assert [g["correct"] for g in graded] == [n % 3 == n for n in range(40)]
+    assert [g["gradefleet_line"] for g in graded] == list(range(1, 41))
