@@ -126,8 +126,7 @@ def _unit_lines(settings: ProducerSettings) -> dict[str, Any]:
     size."""
     if settings.broker_url is None:
         return {}
-    fixed = settings.batch_size
-    return {"unit_lines": (lambda _n: fixed) if fixed else line_unit_lines_for}
+    return {"unit_lines": settings.batch_size or line_unit_lines_for}
 
 
 class _ChunkGrader:

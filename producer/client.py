@@ -258,9 +258,7 @@ class GradingClient:
             )
             for n, start in enumerate(range(0, len(triples), size))
         ]
-        return self._start(
-            job_id, batches, len(triples), len(triples), deadline_s, priority, options
-        )
+        return self._start(job_id, batches, len(triples), deadline_s, priority, options)
 
     def submit_units(
         self,
@@ -276,21 +274,13 @@ class GradingClient:
         rendered by a worker (`workers.line_batch`). The job yields (unit index,
         the result's `lines`) pairs; `weights` (each unit's lines: about its
         rollouts) are what the metrics and the job board count."""
-        rollouts = sum(weights)
         job_id = uuid.uuid4().hex
         batches = [
             Batch(batch_id=f"{job_id}.{n}", items=((n, "", ""),), unit=unit)
             for n, unit in enumerate(units)
         ]
         return self._start(
-            job_id,
-            batches,
-            len(units),
-            rollouts,
-            deadline_s,
-            priority,
-            options,
-            weights=weights,
+            job_id, batches, len(units), deadline_s, priority, options, weights=weights
         )
 
     def _start(
@@ -298,15 +288,13 @@ class GradingClient:
         job_id: str,
         batches: list[Batch],
         total: int,
-        submitted: int,
         deadline_s: float | None,
         priority: str | None,
         options: GradeOptions | None,
         weights: Sequence[int] | None = None,
     ) -> GradingJob:
         """Put a job of `batches` (`total` results: rollouts, or units of
-        `weights` rollouts each) on the board and publish its first window;
-        `submitted` rollouts are counted."""
+        `weights` rollouts each) on the board and publish its first window."""
         job_options = options or self.options
         lane = self.priority if priority is None else parse_lane(priority)
         limit_s = deadline_s if deadline_s is not None else self.deadline_s
@@ -344,7 +332,7 @@ class GradingClient:
                 raise
             raise self._broker_error(exc, "put the job on the board") from exc
         if self._metrics is not None:
-            self._metrics.rollouts_submitted.inc(submitted)
+            self._metrics.rollouts_submitted.inc(job.rollouts)
         return job
 
     def _publish(

@@ -6,8 +6,8 @@ the fleet grades on. In line mode it stores a unit of raw lines
 (`producer.lines.fleet_unit_payload`) and writes back the output lines a worker
 rendered; the worker reads the lines as the CLI reads them, grades their rows as
 one batch (the same `tasks.BatchRun`: item limits, cache, partial saves and poison
-verdicts per rollout) and stores the lines in the batch's result
-(`protocol.line_result_json`).
+verdicts per rollout) and stores the output lines beside the batch's result,
+which names them (`protocol.line_result_json`, `protocol.line_output_key`).
 
 The lines are read and rendered with the producer's own line code
 (`producer.lines`, `producer.batching`: no Celery, no SymPy): the output must be
@@ -27,12 +27,8 @@ from typing import Any
 
 from producer.batching import InputRow, alternative_items, choose_alternatives
 from producer.lines import FLEET_UNIT_HEAD, read_fleet_unit, render_unit
-from workers.contract import (
-    MAX_ITEMS_PER_BATCH,
-    WireBatchRequest,
-    batch_from_wire,
-    text_error,
-)
+from workers.contract import WireBatchRequest, batch_from_wire
+from workers.errors import InvalidRequestError
 from workers.models import Verdict
 from workers.protocol import line_output_key, line_result_json
 from workers.signing import Keyring
@@ -68,9 +64,12 @@ def line_batch(
         InvalidRequestError: the task argument itself is invalid (ids, options),
             as for a batch of items.
     """
+    # The task argument itself (ids, options) first: invalid, the task fails as
+    # for a batch of items.
+    attached = {k: v for k, v in wire.items() if k != "items_key"}
+    request = batch_from_wire({**attached, "items": []}, allow_empty=True)
     rows: list[InputRow] = []
     errors: list[list[Any]] = []
-    items: list[InputRow] = []
     owners: list[int] = []
     unfit: str | None = None
     read = read_fleet_unit(payload)
@@ -79,20 +78,16 @@ def line_batch(
     else:
         rows, errors = read
         items, owners = alternative_items(rows)
-        if len(items) > MAX_ITEMS_PER_BATCH:
-            unfit = f"{len(items):,} rollouts (limit {MAX_ITEMS_PER_BATCH:,})"
-        elif any(text_error(row.response, row.gold) for row in items):
-            unfit = "a text over the size limit"
-    wire_items = (
-        []
-        if unfit
-        else [
+        wire_items = [
             {"index": index, "response": row.response, "gold": row.gold}
             for index, row in enumerate(items)
         ]
-    )
-    attached = {k: v for k, v in wire.items() if k != "items_key"}
-    request = batch_from_wire({**attached, "items": wire_items}, allow_empty=True)
+        try:  # the rollouts' bounds (count, text sizes) are those of items
+            request = batch_from_wire(
+                {**attached, "items": wire_items}, allow_empty=True
+            )
+        except InvalidRequestError as exc:
+            unfit = str(exc)
 
     def render(verdicts: list[Verdict]) -> tuple[str, tuple[str, bytes] | None]:
         lines: dict[str, Any]
