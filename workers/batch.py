@@ -231,12 +231,14 @@ class _BatchRun:
         return [(item.index, v) for item, v in zip(self._items, verdicts, strict=True)]
 
     def _store(self, results: Sequence[ItemResult]) -> None:
+        if self._cache is None:  # no entries to build (a verdict's dict each)
+            return
         entries = {}
         for digest, position in self._deciding.items():
             verdict = results[position].verdict
             if verdict is not None and verdict.status not in TRANSIENT_STATUSES:
                 entries[digest] = cache_entry(verdict)
-        if self._cache is None or not entries:
+        if not entries:
             return
         if self._held is not None:
             self._held.update(entries)

@@ -26,76 +26,21 @@ sends the rest of the batch again.
 
 from __future__ import annotations
 
-import mmap
 import os
-import struct
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from workers import verifier
 from workers.models import GradeOptions, Status
+from workers.progress import DECIDE, PREPARE, ProgressSlot
 from workers.sandbox import GradeFn, ItemPrep, ItemResult, Selector
 from workers.sandbox_child import decide_item
 from workers.verdicts import grader_raised_reason, unprepared_failure_verdict
 
-__all__ = [
-    "DECIDE",
-    "EXIT_MEMORY",
-    "PREPARE",
-    "InlineGrader",
-    "ProgressSlot",
-    "Step",
-]
+__all__ = ["EXIT_MEMORY", "InlineGrader"]
 
 # The worker's exit status when an item ran out of memory (RLIMIT_AS).
 EXIT_MEMORY = 86
-
-# batch id, position in the batch, step (PREPARE/DECIDE), step start
-# (time.monotonic_ns; 0: idle)
-_SLOT = struct.Struct("qqqq")
-PREPARE, DECIDE = 0, 1
-
-
-class Step(NamedTuple):
-    """What a `ProgressSlot` says a worker is doing."""
-
-    batch: int
-    position: int  # in the batch
-    step: int  # PREPARE or DECIDE
-    seconds: float  # since the step began
-
-
-class ProgressSlot:
-    """Which item a worker is on and since when, in memory shared across fork.
-
-    Created by the parent before it forks the worker (an anonymous shared mapping
-    survives fork; no fd, so the worker's fd hygiene keeps it). One writer (the
-    worker), one reader (the parent); the reader takes two equal reads in a row, so
-    a write it raced with is never read half-done.
-    """
-
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, _SLOT.size)
-
-    def begin(self, batch: int, position: int, step: int) -> None:
-        """The worker starts `step` of item `position` of `batch`."""
-        _SLOT.pack_into(self._map, 0, batch, position, step, time.monotonic_ns())
-
-    def idle(self) -> None:
-        """The worker is between batches."""
-        _SLOT.pack_into(self._map, 0, -1, -1, -1, 0)
-
-    def current(self) -> Step | None:
-        """The step the worker is on, or None when it is idle."""
-        while True:
-            first = _SLOT.unpack_from(self._map, 0)
-            if _SLOT.unpack_from(self._map, 0) == first:
-                break
-        batch, position, step, started_ns = first
-        if started_ns == 0:
-            return None
-        return Step(batch, position, step, (time.monotonic_ns() - started_ns) / 1e9)
 
 
 class InlineGrader:

@@ -59,13 +59,7 @@ from workers.childproc import (
 )
 from workers.errors import CacheError, DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer
-from workers.inline import (
-    DECIDE,
-    EXIT_MEMORY,
-    InlineGrader,
-    ProgressSlot,
-    Step,
-)
+from workers.inline import EXIT_MEMORY, InlineGrader
 from workers.models import (
     GradeOptions,
     RolloutLike,
@@ -73,6 +67,7 @@ from workers.models import (
     Verdict,
     is_final,
 )
+from workers.progress import DECIDE, ProgressSlot, Step
 from workers.sandbox import GradeFn, warm_up_verifier
 from workers.sandbox_child import death_status
 from workers.sizing import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
@@ -194,6 +194,47 @@ class Verdict:
 
     def replace(self, **changes: Any) -> Verdict:
         return dataclasses.replace(self, **changes)
+
+    def to_row(self) -> list[Any]:
+        """`to_dict`'s values in field order: what a sandbox child sends its parent
+        per item (a list encodes and decodes in a fraction of a dict's time)."""
+        return [
+            self.correct,
+            self.status.value,
+            self.format_valid,
+            self.extracted,
+            self.extraction_method.value,
+            self.canonical_pred,
+            self.canonical_gold,
+            self.verify_method.value,
+            self.reason,
+            self.grader_version,
+            self.cached,
+        ]
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Verdict:
+        """The verdict of a `to_row` list; ValueError when it is not one."""
+        if len(row) != len(VERDICT_FIELDS):
+            raise ValueError(f"a verdict row has {len(VERDICT_FIELDS)} values")
+        (correct, status, valid, extracted, method, pred, gold, how, reason, version,
+         cached) = row  # fmt: skip
+        for text in (extracted, pred, gold):
+            if not (text is None or isinstance(text, str)):
+                raise ValueError("a verdict row's texts are strings or null")
+        return build_verdict(
+            bool(correct),
+            _member(STATUS_BY_VALUE, status, "Status"),
+            bool(valid),
+            extracted,
+            _member(EXTRACTION_METHOD_BY_VALUE, method, "ExtractionMethod"),
+            pred,
+            gold,
+            _member(VERIFY_METHOD_BY_VALUE, how, "VerifyMethod"),
+            str(reason),
+            str(version),
+            bool(cached),
+        )
 
 
 # The verdict's fields, named once: every consumer (the cache's entries, the CLI's

@@ -43,6 +43,7 @@ from workers.models import (
     Status,
     Verdict,
 )
+from workers.progress import Step
 from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
 from workers.sizing import RECYCLE_AFTER_ITEMS, SANDBOX_FRAME_ITEMS
 from workers.verdicts import (
@@ -65,9 +66,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _READ_CHUNK_BYTES = 1 << 16
-# How long the parent naps before reading a chunk's next answers (`_await_reply`):
-# deciding takes some 6 us an item, so most of a chunk's answers are in by then.
-_GATHER_S = 0.0005
 
 
 # Answers that reach every lazily imported path of the verifier (SymPy included).
@@ -105,12 +103,11 @@ class _Outcome(Enum):
     DIED = "died"
 
 
-def _verdict_or_none(reply: Any) -> Verdict | None:
-    if not (isinstance(reply, dict) and isinstance(reply.get("v"), dict)):
-        return None
+def _verdict_or_none(answer: list[Any]) -> Verdict | None:
+    """The verdict of a decided item's answer ([seconds, *verdict row])."""
     try:
-        return Verdict.from_dict(reply["v"])
-    except (KeyError, TypeError, ValueError):  # malformed: handled by the caller
+        return Verdict.from_row(answer[1:])
+    except (TypeError, ValueError):  # malformed: handled by the caller
         return None
 
 
@@ -138,14 +135,29 @@ class ItemResult:
 Selector = Callable[[Sequence[int], Sequence[ItemPrep]], Sequence[bool]]
 
 
+def _deciding(child: ChildProcess, first: int | None) -> Step | None:
+    """The item the child's slot shows it deciding, if not one answered before
+    `first` (None: not deciding)."""
+    if first is None:
+        return None
+    step = child.slot.current()
+    return None if step is None or step.position < first else step
+
+
+def _seconds(value: Any) -> float:
+    """A duration the child reported (0.0 when it sent none)."""
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
 def _decide_all(positions: Sequence[int], preps: Sequence[ItemPrep]) -> list[bool]:
     return [True] * len(positions)
 
 
 def _prep_or_none(reply: Any) -> ItemPrep | None:
-    if not (isinstance(reply, dict) and "k" in reply):
+    """A prepared item's answer: [decision key, extracted, method, format valid]."""
+    if not (isinstance(reply, list) and len(reply) == 4):
         return None
-    key, extracted, method = reply["k"], reply.get("x"), reply.get("m")
+    key, extracted, method, valid = reply
     if not (key is None or isinstance(key, str)):
         return None
     if not (extracted is None or isinstance(extracted, str)):
@@ -153,7 +165,7 @@ def _prep_or_none(reply: Any) -> ItemPrep | None:
     member = EXTRACTION_METHOD_BY_VALUE.get(method) if isinstance(method, str) else None
     if member is None:
         return None
-    return ItemPrep(key, extracted, member, reply.get("f") is True)
+    return ItemPrep(key, extracted, member, valid is True)
 
 
 @dataclass(slots=True)
@@ -474,31 +486,51 @@ class Sandbox:
         run: _ChunkRun,
         wanted: list[tuple[int, int, ItemPrep, float]],
     ) -> bool:
-        """Collect the verdicts of `wanted`; False if the child had to go first."""
-        previous = time.perf_counter()
-        last = len(wanted) - 1
-        for k, (_index, position, prep, prepare_s) in enumerate(wanted):
-            # A full deadline for the decision: preparing is bounded string work, and
-            # a fresh child's first items (page faults over the warm heap) must not
-            # eat into the time an innocent item gets to be decided. The last answer
-            # ends the chunk: it is taken the moment it comes.
-            outcome, reply = self._await_reply(child, self._timeout_s, gather=k < last)
-            now = time.perf_counter()
-            duration_s, previous = prepare_s + now - previous, now
+        """Collect the verdicts of `wanted`; False if the child had to go first.
+
+        The child answers in frames of several items (`_decide_chunk`) and marks
+        each item in its `ProgressSlot` as it starts: each gets a full deadline of
+        its own from that moment (preparing is bounded string work, and a fresh
+        child's first items, page faults over the warm heap, must not eat into the
+        time an innocent item gets), and an item that outruns it, bloats or kills
+        the child is the one in the slot. The items it decided since its last
+        frame are lost with it and sent again.
+        """
+        got = 0
+        while got < len(wanted):
+            outcome, reply = self._await_reply(child, self._timeout_s, first=got)
             if outcome is not _Outcome.REPLY:
+                step = _deciding(child, got)
+                k = got if step is None else min(step.position, len(wanted) - 1)
+                seconds = self._timeout_s if step is None else step.seconds
                 status, reason, restart = self._failed(child, outcome)
                 self._replace_child(restart)
-                run.fail(position, status, reason, duration_s, prepared=True)
+                _index, position, _prep, prepare_s = wanted[k]
+                run.fail(position, status, reason, prepare_s + seconds, prepared=True)
                 return False
-            verdict = _verdict_or_none(reply)
-            if verdict is not None:
-                run.results[position] = ItemResult(prep, verdict, duration_s)
-            elif isinstance(reply, dict) and "exc" in reply:  # the child stays
-                reason = grader_raised_reason(reply["exc"])
-                run.fail(position, Status.ERROR, reason, duration_s, prepared=True)
-            else:
-                self._lost_on_reply(run, position, reply, duration_s, prepared=True)
+            answers = reply.get("v") if isinstance(reply, dict) else None
+            if (
+                not isinstance(answers, list)
+                or not 0 < len(answers) <= len(wanted) - got
+            ):
+                self._lost_on_reply(run, wanted[got][1], reply, 0.0, prepared=True)
                 return False
+            for answer in answers:
+                _index, position, prep, prepare_s = wanted[got]
+                got += 1
+                verdict = None
+                if isinstance(answer, list) and answer:
+                    verdict = _verdict_or_none(answer)
+                if verdict is not None:
+                    duration_s = prepare_s + _seconds(answer[0])
+                    run.results[position] = ItemResult(prep, verdict, duration_s)
+                elif isinstance(answer, dict) and "exc" in answer:  # the child stays
+                    reason = grader_raised_reason(answer["exc"])
+                    duration_s = prepare_s + _seconds(answer.get("s"))
+                    run.fail(position, Status.ERROR, reason, duration_s, prepared=True)
+                else:
+                    self._lost_on_reply(run, position, answer, prepare_s, prepared=True)
+                    return False
         return True
 
     def _lost_on_reply(
@@ -520,18 +552,13 @@ class Sandbox:
         run.fail(position, status, reason, duration_s, prepared=prepared)
 
     def _await_reply(
-        self, child: ChildProcess, timeout_s: float, *, gather: bool = False
+        self, child: ChildProcess, timeout_s: float, *, first: int | None = None
     ) -> tuple[_Outcome, Any]:
-        """The child's next reply, or why none came within `timeout_s`.
-
-        With `gather`, when no reply is buffered yet, first nap `_GATHER_S` and take
-        what arrived meanwhile without blocking: the child writes each answer the
-        moment it has it (so a kill still blames the right item), and a fast child's
-        answers then cost this process one wake-up and one read for several, not
-        one each (issue 11: pipe wake-ups were most of a pool worker's CPU).
-        """
-        deadline = time.monotonic() + timeout_s
-        napped = not gather
+        """The child's next reply, or why none came in time: within `timeout_s`
+        of now or, deciding (`first`: the first item not answered yet), of the
+        start of the item the child's slot shows (of now while it shows none, or
+        one it has answered)."""
+        waited_from = time.monotonic()
         while True:
             try:
                 reply = child.buffer.pop()
@@ -539,20 +566,18 @@ class Sandbox:
                 return _Outcome.REPLY, "malformed"
             if reply is not None:
                 return _Outcome.REPLY, reply
-            remaining_ms = (deadline - time.monotonic()) * 1000.0
+            step = _deciding(child, first)
+            elapsed_s = time.monotonic() - waited_from if step is None else step.seconds
+            remaining_ms = (timeout_s - elapsed_s) * 1000.0
             if remaining_ms <= 0:
                 return _Outcome.TIMEOUT, None
             wait_ms = min(remaining_ms, self._poll_ms)
-            if not napped:
-                napped = True
-                time.sleep(_GATHER_S)
-                wait_ms = 0.0
             if child.poller.poll(wait_ms):
                 data = os.read(child.resp_fd, _READ_CHUNK_BYTES)
                 if not data:
                     return _Outcome.DIED, None
                 child.buffer.feed(data)
-            elif wait_ms and child.rss_bytes() > child.rss_cap_bytes:
+            elif child.rss_bytes() > child.rss_cap_bytes:
                 return _Outcome.MEMORY, None
 
     def _failed(

@@ -10,6 +10,7 @@ import contextlib
 import os
 import select
 import signal
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,10 +27,20 @@ from workers.childproc import (
     write_frame,
 )
 from workers.models import GradeOptions, Status, Verdict
+from workers.progress import DECIDE, ProgressSlot
 
-__all__ = ["ChildProcess", "GradeFn", "death_status", "decide_item", "spawn_child"]
+__all__ = [
+    "FLUSH_AFTER_S",
+    "ChildProcess",
+    "GradeFn",
+    "death_status",
+    "decide_item",
+    "spawn_child",
+]
 
 _EXIT_MEMORY = 86  # the child's exit status when a MemoryError escaped its loop
+# How much deciding a child holds before it sends the answers (`_decide_chunk`).
+FLUSH_AFTER_S = 0.02
 
 
 class GradeFn(Protocol):
@@ -46,20 +57,21 @@ class GradeFn(Protocol):
 
 def _child_prepare(
     response: str, gold: str, options: GradeOptions
-) -> tuple[verifier.Prepared | None, dict[str, Any]]:
-    """The item's prepared form, and the reply that tells the parent its key."""
+) -> tuple[verifier.Prepared | None, list[Any] | dict[str, Any]]:
+    """The item's prepared form, and the answer that tells the parent its key:
+    [decision key, extracted, extraction method, format valid]."""
     try:
         prepared = verifier.prepare(response, gold, options=options)
     except MemoryError:
         return None, {"mem": True}
     except Exception as exc:  # a grader bug becomes an `error` verdict, not a crash
         return None, {"exc": type(exc).__name__}
-    return prepared, {
-        "k": prepared.decision_key,
-        "x": prepared.extracted,
-        "m": prepared.extraction_method.value,
-        "f": prepared.format_valid,
-    }
+    return prepared, [
+        prepared.decision_key,
+        prepared.extracted,
+        prepared.extraction_method.value,
+        prepared.format_valid,
+    ]
 
 
 def decide_item(
@@ -80,21 +92,28 @@ def _child_decide(
     prepared: verifier.Prepared,
     item: tuple[str, str],
     options: GradeOptions,
-) -> dict[str, Any]:
+) -> list[Any] | dict[str, Any]:
+    """[seconds, *verdict row] (`Verdict.to_row`), or why there is no verdict."""
+    started = time.perf_counter()
     try:
-        return {"v": decide_item(grade_fn, prepared, item, options).to_dict()}
+        verdict = decide_item(grade_fn, prepared, item, options)
     except MemoryError:
         return {"mem": True}
     except Exception as exc:  # a grader bug becomes an `error` verdict, not a crash
-        return {"exc": type(exc).__name__}
+        return {"exc": type(exc).__name__, "s": time.perf_counter() - started}
+    return [time.perf_counter() - started, *verdict.to_row()]
 
 
 def _child_loop(
-    req_fd: int, resp_fd: int, grade_fn: GradeFn | None, as_bytes: int
+    req_fd: int,
+    resp_fd: int,
+    grade_fn: GradeFn | None,
+    as_bytes: int,
+    slot: ProgressSlot,
 ) -> int:
     """Serve chunks in two steps: prepare every item (one reply for the chunk, an
     entry per item with its decision key), then decide the items the parent asks
-    for (one reply each: deciding is where an item may hang).
+    for (`_decide_chunk`).
 
     The parent looks the keys up in its cache between the two steps, so no item is
     extracted twice and a cached or duplicate answer is never decided again.
@@ -105,7 +124,7 @@ def _child_loop(
             options = GradeOptions.from_dict(request["o"])
             items = request["items"]
             prepared: list[verifier.Prepared | None] = []
-            replies: list[dict[str, Any]] = []
+            replies: list[list[Any] | dict[str, Any]] = []
             for response, gold in items:
                 prep, reply = _child_prepare(response, gold, options)
                 prepared.append(prep)
@@ -114,18 +133,50 @@ def _child_loop(
             wanted = read_frame(req_fd)
             if wanted is None:
                 return 0
-            for index in wanted["d"]:
-                prep = prepared[index]
-                if prep is None:  # never asked for by a well-behaved parent
-                    write_frame(resp_fd, {"exc": "NotPrepared"})
-                    continue
-                item = items[index]
-                write_frame(resp_fd, _child_decide(grade_fn, prep, item, options))
+            _decide_chunk(
+                resp_fd, slot, grade_fn, prepared, items, wanted["d"], options
+            )
     except MemoryError:
         return _EXIT_MEMORY
     except BrokenPipeError:  # the parent went away
         return 0
     return 0
+
+
+def _decide_chunk(
+    resp_fd: int,
+    slot: ProgressSlot,
+    grade_fn: GradeFn | None,
+    prepared: list[verifier.Prepared | None],
+    items: list[tuple[str, str]],
+    indexes: list[int],
+    options: GradeOptions,
+) -> None:
+    """Decide the items at `indexes`, each marked in `slot` as it starts (the
+    parent's deadline clock: deciding is where an item may hang); the answers go
+    back in frames of those decided since the last, one once `FLUSH_AFTER_S` has
+    passed and one at the end. A fast chunk costs one frame, not one per item
+    (issue 11), and a kill loses at most that long's work besides its culprit.
+    The slot goes idle only after the last frame: until then it tells the parent
+    which item is running."""
+    answers: list[list[Any] | dict[str, Any]] = []
+    flushed_at = time.monotonic()
+    for position, index in enumerate(indexes):
+        slot.begin(0, position, DECIDE)
+        prep = prepared[index]
+        if prep is None:  # never asked for by a well-behaved parent
+            answers.append({"exc": "NotPrepared"})
+            continue
+        answer = _child_decide(grade_fn, prep, items[index], options)
+        answers.append(answer)
+        if isinstance(answer, dict) and answer.get("mem"):
+            break  # the parent replaces this child, and sends the rest again
+        if time.monotonic() - flushed_at >= FLUSH_AFTER_S:
+            write_frame(resp_fd, {"v": answers})
+            answers, flushed_at = [], time.monotonic()
+    if answers:
+        write_frame(resp_fd, {"v": answers})
+    slot.idle()
 
 
 # --- in the parent ---
@@ -142,6 +193,7 @@ class ChildProcess:
     rss_cap_bytes: int
     recycle_rss_bytes: int  # grown past this (after a chunk): replaced
     poller: Any
+    slot: ProgressSlot  # the item the child is deciding, and since when
     buffer: FrameBuffer = field(default_factory=FrameBuffer)
     items_done: int = 0
 
@@ -186,8 +238,9 @@ def spawn_child(
     this process's size + headroom."""
     vm_bytes, rss_bytes = self_size_bytes()
     as_bytes = vm_bytes + as_headroom
+    slot = ProgressSlot()  # before the fork: the child shares it
     pid, req_fd, resp_fd = fork_child(
-        lambda req, resp: _child_loop(req, resp, grade_fn, as_bytes)
+        lambda req, resp: _child_loop(req, resp, grade_fn, as_bytes, slot)
     )
     statm_fd = open_statm(pid, "sandbox child")
     poller = select.poll()
@@ -200,6 +253,7 @@ def spawn_child(
         rss_cap_bytes=rss_bytes + item_memory_bytes,
         recycle_rss_bytes=recycle_rss_bytes(statm_fd, item_memory_bytes),
         poller=poller,
+        slot=slot,
     )
 
 

@@ -138,6 +138,24 @@ def test_sandbox_each_item_of_a_chunk_gets_its_own_deadline() -> None:
     assert all(0.3 <= d < 1.5 for (v, d) in timed if v.status is Status.TIMEOUT)
 
 
+def test_sandbox_deadline_runs_from_each_items_start_and_answers_sent_are_kept() -> None:
+    # Given a chunk of two slow but legal items (0.5 s each, deadline 0.8 s: both
+    # together outlast it), then one that hangs
+    pairs = [("nap", "1"), ("nap", "1"), ("hang", "1"), ("\\boxed{2}", "2")]
+    with make_sandbox(item_timeout_s=0.8) as sandbox:
+        started = time.monotonic()
+        timed = sandbox.grade_many_timed(pairs, OPTIONS)
+        elapsed_s = time.monotonic() - started
+    # Then neither slow item is blamed, each reports its own time, the hang is
+    # the one answered `timeout`, and the slow items (sent back before the kill)
+    # are not decided again by the fresh child: 0.5 + 0.5 + 0.8 s, not 1 s more
+    expected = verifier.grade("nap", "1").status
+    statuses = [v.status for v, _s in timed]
+    assert statuses == [expected, expected, Status.TIMEOUT, Status.CORRECT]
+    assert all(0.5 <= seconds < 0.8 for _v, seconds in timed[:2])
+    assert 1.8 <= elapsed_s < 2.6
+
+
 def test_sandbox_grade_many_recycles_across_chunks() -> None:
     restarts: list[str] = []
     with make_sandbox(recycle_after_items=4, on_restart=restarts.append) as sandbox:
