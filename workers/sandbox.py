@@ -10,11 +10,13 @@ Why no SIGALRM: no signal interrupts a big-integer power inside GMP; only SIGKIL
 separate process bounds it. The parent sends a chunk of items in one frame; the child
 prepares each (extraction and parsing: bounded string work) and answers with every
 decision key in one frame, the parent picks the items still to decide (not in its
-cache, not a duplicate) and the child decides those, answering one frame per item.
-The parent waits for each answer with `poll` under its own deadline (a decision's
-starts when the previous answer arrived; a chunk's preparing gets one, and should it
-fail, the chunk's items are sent again one by one), sampling the child's RSS
-meanwhile. On a kill the chunk's unanswered items are re-sent to a fresh child.
+cache, not a duplicate) and the child decides those, marking each in a
+`ProgressSlot` as it starts and answering in frames of several (one per 20 ms of
+deciding, and one at the end). The parent waits for the answers with `poll`,
+sampling the child's RSS, under a deadline per item that runs from the start the
+slot shows (a chunk's preparing gets one deadline, and should it fail, the chunk's
+items are sent again one by one). On a kill the item in the slot is answered and
+the chunk's unanswered items are re-sent to a fresh child.
 
 `item_memory_bytes` is the memory one item may use *above the warm child's baseline*
 (the parent's size at fork time): RLIMIT_AS in the child is baseline VM + cap, and the

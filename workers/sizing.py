@@ -122,8 +122,9 @@ RECYCLE_AFTER_ITEMS = 100_000
 # fork is replaced after its batch or chunk, so every item keeps 3/4 of its cap.
 RECYCLE_GROWN_SHARE = 0.25
 
-# Items per frame to the sandbox child: one frame per chunk halves the per-item cost
-# of one exchange per item; the cap bounds one frame's size.
+# Items per chunk sent to the sandbox child, in one frame (answered in one for their
+# decision keys and a few for their verdicts, not one per item); the cap bounds a
+# frame's size.
 SANDBOX_FRAME_ITEMS = 256
 
 
