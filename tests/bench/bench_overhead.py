@@ -122,11 +122,15 @@ def cli_s(src: Path, dst: Path, *args: str) -> float:
 class Fleet:
     """A private redis-server and two `python -m workers` nodes (1 process each)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, code_root: Path = REPO_ROOT) -> None:
         self.redis = start_redis(workdir)
         self.cache_url = self.redis.url[:-1] + "1"
         self.workers = start_workers(
-            self.redis.url, 2, item_timeout_s=ITEM_TIMEOUT_S, cache_url=self.cache_url
+            self.redis.url,
+            2,
+            item_timeout_s=ITEM_TIMEOUT_S,
+            cache_url=self.cache_url,
+            code_root=code_root,
         )
 
     def flush_cache(self) -> None:

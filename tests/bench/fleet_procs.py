@@ -114,8 +114,12 @@ def start_workers(
     cache_url: str | None = None,
     log_dir: Path | None = None,
     test_hooks: bool = False,
+    code_root: Path = REPO_ROOT,
 ) -> list[Worker]:
     """Start `count` worker nodes (concurrency 1 each); wait until all are ready.
+
+    `code_root`: the checkout whose worker code runs (another one: an A/B of two
+    commits' workers, `bench_fleet_ab.py`).
 
     `test_hooks`: load tests/hooks.py (the magic answers that hang, bloat or abort).
     Off unless a bench sends those answers: with it, the sandbox child decides each
@@ -123,7 +127,7 @@ def start_workers(
     what it prepared, which is not what a production worker runs.
     """
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="gf-bench-"))
-    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(code_root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     if test_hooks:
         env["GRADEFLEET_TEST_HOOKS"] = str(REPO_ROOT / "tests" / "hooks.py")
@@ -138,7 +142,7 @@ def start_workers(
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 args,
-                cwd=REPO_ROOT,
+                cwd=code_root,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
