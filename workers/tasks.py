@@ -90,8 +90,10 @@ class BatchRun:
     ) -> None:
         self.runtime = runtime
         self.claim = claim
-        # A batch of input lines stores its rendered lines (`line_batch`).
+        # A batch of input lines stores its rendered lines (`line_batch`), and is
+        # graded without the answer cache (see `WorkerRuntime.line_grader`).
         self.render = render
+        self.grader = runtime.grader if render is None else runtime.line_grader
         self.request = request
         self.task = task
         self.lane = lane
@@ -135,7 +137,7 @@ class BatchRun:
             )
         finally:
             # After the result is stored: its producer does not wait for the cache.
-            self.runtime.grader.flush_stores()
+            self.grader.flush_stores()
         observer.commit()
         self.runtime.metrics.batch_done(
             size=len(self.request.items),
@@ -233,7 +235,7 @@ class BatchRun:
         while start < len(todo):
             chunk_started = time.monotonic()
             chunk = todo[start : start + size]
-            pairs = self.runtime.grader.grade(chunk, self.request.options)
+            pairs = self.grader.grade(chunk, self.request.options)
             self.done.update(pairs)
             unsaved += pairs
             start += size

@@ -335,3 +335,37 @@ def test_fleet_line_units_through_the_client_count_rollouts(
         for name in ("rollouts_submitted", "results_received")
     }
     assert samples == {"rollouts_submitted": 8.0, "results_received": 8.0}
+
+
+def test_cli_fleet_line_units_skip_the_answer_cache_item_batches_use_it(
+    workers: Any, redis_server: str, tmp_path: Path
+) -> None:
+    # Given a worker with the result cache in the broker's Redis (the default)
+    workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S)
+    admin = redis.Redis.from_url(redis_server)
+    base = ["--broker", redis_server, "--item-timeout-s", str(ITEM_TIMEOUT_S)]
+
+    def grade(name: str, *extra: str) -> list[dict[str, Any]]:
+        out = tmp_path / f"{name}.jsonl"
+        args = ["grade", str(SAMPLE), "-o", str(out), *base, *extra]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        return _read_jsonl(out)
+
+    def cached_answers() -> int:
+        return len(list(admin.scan_iter(match="gradefleet:v1:result:*")))
+
+    for key in admin.scan_iter(match="gradefleet:v1:result:*"):  # earlier tests'
+        admin.delete(key)
+    # When the file is graded twice in line mode
+    first, second = grade("lines1"), grade("lines2")
+    # Then the units neither stored answers nor found any
+    assert cached_answers() == 0
+    assert not any(row["cached"] for row in first + second)
+    # When it is graded twice as items (--resume of new outputs reads rows)
+    items1, items2 = grade("items1", "--resume"), grade("items2", "--resume")
+    # Then the batches stored their answers and the second run found them, with
+    # the verdicts of line mode
+    assert cached_answers() > 0
+    assert any(row["cached"] for row in items2)
+    assert _without_cached(items1) == _without_cached(items2) == _without_cached(first)
