@@ -29,18 +29,11 @@ from workers.childproc import (
 from workers.models import GradeOptions, Status, Verdict
 from workers.progress import DECIDE, ProgressSlot
 
-__all__ = [
-    "FLUSH_AFTER_S",
-    "ChildProcess",
-    "GradeFn",
-    "death_status",
-    "decide_item",
-    "spawn_child",
-]
+__all__ = ["ChildProcess", "GradeFn", "death_status", "decide_item", "spawn_child"]
 
 _EXIT_MEMORY = 86  # the child's exit status when a MemoryError escaped its loop
 # How much deciding a child holds before it sends the answers (`_decide_chunk`).
-FLUSH_AFTER_S = 0.02
+_FLUSH_AFTER_S = 0.02
 
 
 class GradeFn(Protocol):
@@ -154,7 +147,7 @@ def _decide_chunk(
 ) -> None:
     """Decide the items at `indexes`, each marked in `slot` as it starts (the
     parent's deadline clock: deciding is where an item may hang); the answers go
-    back in frames of those decided since the last, one once `FLUSH_AFTER_S` has
+    back in frames of those decided since the last, one once `_FLUSH_AFTER_S` has
     passed and one at the end. A fast chunk costs one frame, not one per item
     (issue 11), and a kill loses at most that long's work besides its culprit.
     The slot goes idle only after the last frame: until then it tells the parent
@@ -171,7 +164,7 @@ def _decide_chunk(
         answers.append(answer)
         if isinstance(answer, dict) and answer.get("mem"):
             break  # the parent replaces this child, and sends the rest again
-        if time.monotonic() - flushed_at >= FLUSH_AFTER_S:
+        if time.monotonic() - flushed_at >= _FLUSH_AFTER_S:
             write_frame(resp_fd, {"v": answers})
             answers, flushed_at = [], time.monotonic()
     if answers:
