@@ -138,7 +138,7 @@ def test_sandbox_each_item_of_a_chunk_gets_its_own_deadline() -> None:
     assert all(0.3 <= d < 1.5 for (v, d) in timed if v.status is Status.TIMEOUT)
 
 
-def test_sandbox_deadline_runs_from_each_items_start_and_answers_sent_are_kept() -> None:
+def test_sandbox_deadline_runs_from_each_item_start_answers_sent_are_kept() -> None:
     # Given a chunk of two slow but legal items (0.5 s each, deadline 0.8 s: both
     # together outlast it), then one that hangs
     pairs = [("nap", "1"), ("nap", "1"), ("hang", "1"), ("\\boxed{2}", "2")]
