@@ -155,7 +155,13 @@ class _BatchRun:
         self._observer = observer
         self._items = items
         self._held = held  # `BatchGrader.hold_stores`: entries not yet written
-        self._key_of = cache_keyer(verifier.GRADER_VERSION, options)  # encoded once
+        # Without a cache a key only tells duplicates apart within this batch, whose
+        # options are one: the decision key itself does, unhashed.
+        self._key_of = (
+            cache_keyer(verifier.GRADER_VERSION, options)  # options encoded once
+            if cache is not None
+            else _unhashed
+        )
         self._digests: list[str | None] = [None] * len(items)
         self._found: dict[str, dict[str, Any]] = {}  # digest -> its cache entry
         self._deciding: dict[str, int] = {}  # digest -> the position deciding it
@@ -244,6 +250,10 @@ class _BatchRun:
             self._held.update(entries)
             return
         _store_entries(self._cache, entries)
+
+
+def _unhashed(decision_key: str) -> str:
+    return decision_key
 
 
 def _store_entries(cache: CacheBackend, entries: dict[str, dict[str, Any]]) -> None:
