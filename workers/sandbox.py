@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from workers import verifier
 from workers.childproc import encode_frame, write_all
@@ -113,10 +113,10 @@ def _verdict_or_none(answer: list[Any]) -> Verdict | None:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class ItemPrep:
+class ItemPrep(NamedTuple):
     """What the child found preparing one item: its decision key (None: never
-    cached) and the item's own verdict fields."""
+    cached) and the item's own verdict fields. (A tuple: built once a rollout, in
+    a third of a frozen dataclass's time.)"""
 
     decision_key: str | None
     extracted: str | None
