@@ -16,7 +16,10 @@ from celery.worker import control
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
 from workers.connections import celery_endpoint, transport_for
 from workers.contract import QUEUE
-from workers.kombu_fixes import closed_channels_fail_as_connection_errors
+from workers.kombu_fixes import (
+    closed_channels_fail_as_connection_errors,
+    failed_acks_free_their_prefetch_slot,
+)
 from workers.lanes import LaneCycle
 from workers.runtime import configure, forget_runtime, get_runtime
 from workers.sandbox import warm_up_verifier
@@ -83,6 +86,7 @@ def create_app(settings: WorkerSettings) -> Celery:
     configure(settings)
     _limit_remote_control()
     closed_channels_fail_as_connection_errors()
+    failed_acks_free_their_prefetch_slot()
     soft_s, hard_s = _time_limits_s(settings)
     LaneCycle.bulk_every = settings.bulk_every
     broker = celery_endpoint(settings.broker_url)
