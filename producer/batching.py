@@ -88,6 +88,8 @@ DEFAULT_SPEC = FieldSpec()
 VERDICT_FIELDS = tuple(
     name for name in models.VERDICT_FIELDS if name != "canonical_gold"
 )
+# Where `Verdict.to_row` holds the field the output leaves out.
+_CANONICAL_GOLD_IN_ROW = models.VERDICT_FIELDS.index("canonical_gold")
 _CORRECT_AT, _FORMAT_VALID_AT, _CACHED_AT, _STATUS_AT = (
     VERDICT_FIELDS.index(name)
     for name in ("correct", "format_valid", "cached", "status")
@@ -372,9 +374,11 @@ def graded_record(row: InputRow, verdict: Verdict) -> dict[str, Any]:
 
 
 def verdict_values(verdict: Verdict) -> list[Any]:
-    """A verdict's output fields' values, in `VERDICT_FIELDS` order (JSON types)."""
-    fields = verdict.to_dict()
-    return [fields[name] for name in VERDICT_FIELDS]
+    """A verdict's output fields' values, in `VERDICT_FIELDS` order (JSON types):
+    its `to_row` without the gold's canonical form."""
+    values = verdict.to_row()
+    del values[_CANONICAL_GOLD_IN_ROW]
+    return values
 
 
 def graded_values(row: InputRow, values: Sequence[Any]) -> dict[str, Any]:
