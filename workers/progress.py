@@ -1,11 +1,12 @@
 """Which item a process is on and since when, in memory shared across fork.
 
-A grading process (the embedded pool's worker, the fleet's sandbox child) marks the
-start of each step of each item here; its parent reads the slot while it waits and
-kills the process once one step has run past the item deadline. Writing the slot
-costs a fraction of a microsecond; a message per item over a pipe cost several
-(issue 11), and no signal could stop a step anyway (none interrupts a big-integer
-power inside GMP; SIGKILL of the process always works).
+A grading process marks here the start of each step of each item (the embedded
+pool's worker: preparing and deciding) or of each decision (the fleet's sandbox
+child, whose chunk is prepared under one deadline); its parent reads the slot while
+it waits and kills the process once one step has run past the item deadline.
+Writing the slot costs a fraction of a microsecond; a message per item over a pipe
+cost several (issue 11), and no signal could stop a step anyway (none interrupts a
+big-integer power inside GMP; SIGKILL of the process always works).
 """
 
 from __future__ import annotations
