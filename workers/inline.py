@@ -34,13 +34,10 @@ from workers import verifier
 from workers.models import GradeOptions, Status
 from workers.progress import DECIDE, PREPARE, ProgressSlot
 from workers.sandbox import GradeFn, ItemPrep, ItemResult, Selector
-from workers.sandbox_child import decide_item
+from workers.sandbox_child import EXIT_MEMORY, decide_item
 from workers.verdicts import grader_raised_reason, unprepared_failure_verdict
 
-__all__ = ["EXIT_MEMORY", "InlineGrader"]
-
-# The worker's exit status when an item ran out of memory (RLIMIT_AS).
-EXIT_MEMORY = 86
+__all__ = ["InlineGrader"]
 
 
 class InlineGrader:

@@ -59,7 +59,7 @@ from workers.childproc import (
 )
 from workers.errors import CacheError, DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer
-from workers.inline import EXIT_MEMORY, InlineGrader
+from workers.inline import InlineGrader
 from workers.models import (
     GradeOptions,
     RolloutLike,
@@ -69,7 +69,7 @@ from workers.models import (
 )
 from workers.progress import DECIDE, ProgressSlot, Step
 from workers.sandbox import GradeFn, warm_up_verifier
-from workers.sandbox_child import death_status
+from workers.sandbox_child import EXIT_MEMORY, death_status
 from workers.sizing import (
     CACHE_WRITE_BEHIND_BYTES,
     CACHE_WRITE_BEHIND_ROWS,

@@ -29,9 +29,19 @@ from workers.childproc import (
 from workers.models import GradeOptions, Status, Verdict
 from workers.progress import DECIDE, ProgressSlot
 
-__all__ = ["ChildProcess", "GradeFn", "death_status", "decide_item", "spawn_child"]
+__all__ = [
+    "EXIT_MEMORY",
+    "ChildProcess",
+    "GradeFn",
+    "death_status",
+    "decide_item",
+    "spawn_child",
+]
 
-_EXIT_MEMORY = 86  # the child's exit status when a MemoryError escaped its loop
+# A grading process's exit status when a MemoryError (RLIMIT_AS) ended it: this
+# child's, and the embedded pool's worker's (`workers.inline`); `death_status`
+# reads it for both.
+EXIT_MEMORY = 86
 # How much deciding a child holds before it sends the answers (`_decide_chunk`).
 _FLUSH_AFTER_S = 0.02
 
@@ -130,7 +140,7 @@ def _child_loop(
                 resp_fd, slot, grade_fn, prepared, items, wanted["d"], options
             )
     except MemoryError:
-        return _EXIT_MEMORY
+        return EXIT_MEMORY
     except BrokenPipeError:  # the parent went away
         return 0
     return 0
@@ -260,6 +270,6 @@ def death_status(status: int) -> tuple[Status, str]:
             name = f"signal {sig}"
         return Status.ERROR, f"sandbox child killed by {name}"
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
-    if code == _EXIT_MEMORY:
+    if code == EXIT_MEMORY:
         return Status.MEMORY_LIMIT, "sandbox child ran out of memory (RLIMIT_AS)"
     return Status.ERROR, f"sandbox child exited with status {code}"
