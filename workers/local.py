@@ -15,7 +15,10 @@ units (a little JSON and raw bytes: the CLI's JSONL lines, `producer.lines`) tha
 the workers turn into results with the pool's `unit_fn`, so the caller's own
 per-rollout work (parsing, encoding output) runs in the workers too. The limits are
 the same: a unit's items are numbered in the slot, and a unit sent again after its
-worker was lost carries the culprit's failure with it.
+worker was lost carries the culprit's failure with it, and the verdicts its unit
+function kept before (`UnitGrading.keep`: a slow unit's, sent to the caller as they
+come). A fleet worker process grades its units of lines with a pool of one such
+worker (`workers.line_batch`).
 
 Why plain `os.fork` workers talking length-prefixed JSON over pipes rather than
 multiprocessing: the parent has already imported the verifier, so each worker starts
@@ -42,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from workers import verifier
 from workers.batch import BatchGrader, GradeItem
@@ -85,7 +88,7 @@ from workers.verdicts import (
     poison_verdict,
 )
 
-__all__ = ["GradePairs", "LocalPool", "Unit", "UnitFn"]
+__all__ = ["GradePairs", "LocalPool", "Unit", "UnitFn", "UnitGrading"]
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +118,32 @@ _NOT_THE_ITEMS_DOING = {signal.SIGKILL, signal.SIGTERM}
 GradePairs = Callable[[Sequence[tuple[str, str]], GradeOptions], list[Verdict]]
 # A unit, and a unit's result: JSON and raw bytes (which cross the pipe as they are).
 Unit = tuple[Any, bytes]
-# Turns one unit into its result, grading through the GradePairs it is given; runs
-# in a worker, so it must be deterministic: a unit sent again after its worker was
-# lost must ask for the same pairs in the same order.
-UnitFn = Callable[[Any, bytes, GradePairs], Unit]
+
+
+class UnitGrading(Protocol):
+    """What a unit function grades with (`GradePairs`), and more for those that
+    want it: the items it graded itself, and a way to keep verdicts before the
+    unit ends."""
+
+    def __call__(
+        self, pairs: Sequence[tuple[str, str]], options: GradeOptions
+    ) -> list[Verdict]: ...
+
+    @property
+    def graded(self) -> list[tuple[Verdict, float]]:
+        """(verdict, seconds) of each item this process graded or answered as a
+        culprit in this unit so far: not those answered from `keep`."""
+
+    def keep(self, verdicts: dict[int, Verdict], note: Any = None) -> None:
+        """Send these verdicts (by item number across the unit's calls) and `note`
+        (JSON) to the pool's caller now (`run_units`' `on_kept`); if the unit is
+        sent again, they are answered from here, not graded again."""
+
+
+# Turns one unit into its result, grading through what it is given; runs in a
+# worker, so it must be deterministic: a unit sent again after its worker was lost
+# must ask for the same pairs in the same order.
+UnitFn = Callable[[Any, bytes, UnitGrading], Unit]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +154,8 @@ class _WorkerConfig:
     cache_path: Path | None
     grade_fn: GradeFn | None
     unit_fn: UnitFn | None
+    # Unit functions that want `UnitGrading.graded` (it costs a list entry an item).
+    collect_graded: bool
 
 
 @dataclass(slots=True, kw_only=True)
@@ -172,7 +199,8 @@ def _worker_loop(
     # deciding it, and its lookups and stores cost a cold run of unique rollouts
     # more than that (measured, issue 11: some 15-20 us a rollout against 1-4 for
     # the unit rows alone).
-    unit_grader = BatchGrader(sandbox=inline, cache=None)
+    collector = _Collector() if config.collect_graded else None
+    unit_grader = BatchGrader(sandbox=inline, cache=None, observer=collector)
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
     try:
         while (frame := read_body_frame(to_fd)) is not None:
@@ -180,7 +208,10 @@ def _worker_loop(
             inline.batch = message["batch"]
             if "unit" in message:
                 assert config.unit_fn is not None
-                grade = _UnitGrading(message["answered"], unit_grader, inline, slot)
+                send_kept = _kept_sender(from_fd, message["batch"])
+                grade = _UnitGrading(
+                    message, unit_grader, inline, slot, collector, send_kept
+                )
                 result, body = config.unit_fn(message["unit"], body, grade)
                 stored = result.pop("store", None) if isinstance(result, dict) else None
                 if exact is not None and "key" in message and grade.final:
@@ -200,6 +231,30 @@ def _worker_loop(
             cache.close()
 
 
+def _kept_sender(from_fd: int, batch_id: int) -> Callable[[dict[str, Any], Any], None]:
+    def send(rows: dict[str, list[Any]], note: Any) -> None:
+        frame = {"batch": batch_id, "kept": rows, "note": note}
+        write_body_frame(from_fd, frame, b"")
+
+    return send
+
+
+class _Collector:
+    """The unit grader's observer: (verdict, seconds) of each item it graded."""
+
+    def __init__(self) -> None:
+        self.graded: list[tuple[Verdict, float]] = []
+
+    def item_graded(self, verdict: Verdict, duration_s: float) -> None:
+        self.graded.append((verdict, duration_s))
+
+    def cache_lookup(self, *, hits: int, misses: int) -> None:
+        pass
+
+    def sandbox_restarted(self, reason: str) -> None:
+        pass
+
+
 def _store_unit(exact: ExactLayer, key: str, stored: Any) -> None:
     """Keep what a unit's result offered to store (see `run_units`)."""
     if stored is None:
@@ -211,31 +266,50 @@ def _store_unit(exact: ExactLayer, key: str, stored: Any) -> None:
 
 
 class _UnitGrading:
-    """The `GradePairs` a worker hands its unit function for one unit.
+    """The `UnitGrading` a worker hands its unit function for one unit.
 
     Items are numbered across the unit's calls, and the slot shows those numbers, so
     the parent can name the item a lost worker was on; when the unit comes back,
-    `answered` holds those items' failures (position, status, reason, prepared),
-    which are answered here, not graded again.
+    its message's "answered" holds those items' failures (position, status,
+    reason, prepared, seconds), and its "known" the verdicts kept so far (`keep`:
+    position -> `Verdict.to_row`), which are answered here, not graded again.
     """
 
     def __init__(
         self,
-        answered: list[list[Any]],
+        message: dict[str, Any],
         grader: BatchGrader,
         inline: InlineGrader,
         slot: ProgressSlot,
+        collector: _Collector | None,
+        send_kept: Callable[[dict[str, Any], Any], None],
     ) -> None:
         self._slot = slot
         self._answered = {
-            position: (Status(status), reason, prepared)
-            for position, status, reason, prepared in answered
+            position: (Status(status), reason, prepared, seconds)
+            for position, status, reason, prepared, seconds in message["answered"]
+        }
+        self._known = {
+            int(position): row for position, row in message.get("known", {}).items()
         }
         self._grader = grader
         self._inline = inline
+        self._collector = collector
+        if collector is not None:
+            collector.graded = []
         self._numbered = 0
         # No transient verdict so far: the unit's result may be kept whole.
         self.final = True
+        self._send_kept = send_kept
+
+    @property
+    def graded(self) -> list[tuple[Verdict, float]]:
+        if self._collector is None:
+            raise SandboxError("this pool does not collect graded items")
+        return self._collector.graded
+
+    def keep(self, verdicts: dict[int, Verdict], note: Any = None) -> None:
+        self._send_kept({str(p): v.to_row() for p, v in verdicts.items()}, note)
 
     def __call__(
         self, pairs: Sequence[tuple[str, str]], options: GradeOptions
@@ -243,12 +317,19 @@ class _UnitGrading:
         base = self._numbered
         self._numbered += len(pairs)
         verdicts: list[Verdict | None] = [None] * len(pairs)
-        for position, (status, reason, prepared) in self._answered.items():
+        for position, row in self._known.items():
             if base <= position < self._numbered:
+                verdicts[position - base] = Verdict.from_row(row)
+        for position, (status, reason, prepared, seconds) in self._answered.items():
+            # A culprit kept since (a keep after its chunk) is known: answered once.
+            if base <= position < self._numbered and position not in self._known:
                 pair = pairs[position - base]
-                verdicts[position - base] = culprit_verdict(
+                verdict = culprit_verdict(
                     status, reason, pair, options, prepared=prepared
                 )
+                verdicts[position - base] = verdict
+                if self._collector is not None:
+                    self._collector.graded.append((verdict, seconds))
         todo = [i for i, verdict in enumerate(verdicts) if verdict is None]
         self._inline.positions = [base + i for i in todo]
         try:
@@ -364,6 +445,15 @@ def _death_cause(status: int) -> tuple[Status, str] | None:
     return None
 
 
+def _restart_reason(cause: tuple[Status, str] | None) -> str:
+    """A lost worker's replacement as a fleet's sandbox counts its child's."""
+    if cause is None:
+        return "crash"
+    return {Status.TIMEOUT: "timeout", Status.MEMORY_LIMIT: "memory"}.get(
+        cause[0], "crash"
+    )
+
+
 def _check_deadline(deadline_at: float | None, job: _Job) -> None:
     if deadline_at is not None and time.monotonic() >= deadline_at:
         partial = job.partial()
@@ -391,6 +481,10 @@ class _Job:
     def accept(self, batch_id: int, reply: dict[str, Any], body: bytes) -> None:
         """Take a worker's answer to the batch."""
         raise NotImplementedError
+
+    def kept(self, batch_id: int, rows: dict[str, list[Any]], note: Any) -> None:
+        """Take verdicts a worker kept before its answer (`UnitGrading.keep`)."""
+        raise SandboxError("a worker kept verdicts of a batch of items")
 
     def culprit(
         self, batch_id: int, sent: list[int], current: Step, cause: tuple[Status, str]
@@ -482,15 +576,27 @@ class _UnitJob(_Job):
     results: list[Unit | None]
     # Per unit: the items found guilty so far, as `_UnitGrading` takes them.
     answered: list[list[list[Any]]]
+    # Per unit: verdicts kept so far (`UnitGrading.keep`), as `_UnitGrading` takes
+    # them (item number -> `Verdict.to_row`).
+    known: list[dict[str, list[Any]]]
     finished: list[bool]
     keys: Sequence[str] | None = None  # cache keys, for the workers to store under
+    on_kept: Callable[[int, dict[int, Verdict], Any], None] | None = None
 
     def message(self, batch_id: int) -> tuple[dict[str, Any], bytes, list[int], int]:
         unit, body = self.units[batch_id]
         frame = {"batch": batch_id, "unit": unit, "answered": self.answered[batch_id]}
+        if self.known[batch_id]:
+            frame["known"] = self.known[batch_id]
         if self.keys is not None:
             frame["key"] = self.keys[batch_id]
         return frame, body, [], self.weights[batch_id]
+
+    def kept(self, batch_id: int, rows: dict[str, list[Any]], note: Any) -> None:
+        self.known[batch_id].update(rows)
+        if self.on_kept is not None:
+            verdicts = {int(p): Verdict.from_row(row) for p, row in rows.items()}
+            self.on_kept(batch_id, verdicts, note)
 
     def accept(self, batch_id: int, reply: dict[str, Any], body: bytes) -> None:
         self.results[batch_id] = (reply["unit"], body)
@@ -503,7 +609,7 @@ class _UnitJob(_Job):
         status, reason = cause
         prepared = current.step == DECIDE
         self.answered[batch_id].append(
-            [current.position, status.value, reason, prepared]
+            [current.position, status.value, reason, prepared, current.seconds]
         )
         return True
 
@@ -536,6 +642,9 @@ class LocalPool:
         warm_up: grade a few answers here before the first fork, so that workers
             start with the verifier's lazy imports (SymPy) done; off only for a
             `unit_fn` that never grades (it would save nothing but cost 0.25 s).
+        collect_graded: whether the `unit_fn` may read `UnitGrading.graded`.
+        on_restart: called with "timeout", "memory", "crash" or "recycle" when a
+            worker is replaced (as a fleet's `Sandbox` reports its child's).
         max_attempts: a batch whose worker process dies for no reason found in its
             progress slot is re-run on a fresh worker up to this many times in all;
             then the item it was on (else the whole batch) gets an `error` verdict.
@@ -556,6 +665,8 @@ class LocalPool:
         unit_fn: UnitFn | None = None,
         max_attempts: int = 3,
         warm_up: bool = True,
+        collect_graded: bool = False,
+        on_restart: Callable[[str], None] | None = None,
     ) -> None:
         if processes < 1 or batch_size < 1 or max_attempts < 1:
             raise ValueError("processes, batch_size and max_attempts must be >= 1")
@@ -575,7 +686,9 @@ class LocalPool:
             cache_path=cache_path,
             grade_fn=grade_fn,
             unit_fn=unit_fn,
+            collect_graded=collect_graded,
         )
+        self._on_restart = on_restart
         self._workers: dict[int, _Worker] = {}  # by from_fd
         self._leaving: list[_Worker] = []  # recycled, not yet reaped
         self._rss_checked = 0.0
@@ -624,6 +737,9 @@ class LocalPool:
         on_progress: Callable[[int], None] | None = None,
         deadline_at: float | None = None,
         keys: Sequence[str] | None = None,
+        *,
+        known: Sequence[dict[int, Verdict]] | None = None,
+        on_kept: Callable[[int, dict[int, Verdict], Any], None] | None = None,
     ) -> list[Unit | None]:
         """Run the pool's `unit_fn` on each unit (a batch each); result i belongs to
         units[i].
@@ -639,16 +755,28 @@ class LocalPool:
         cache on and `keys` (`ExactLayer.unit_key` of each unit), the worker stores
         it under the unit's key when none of the unit's verdicts is transient. It
         is never sent back.
+
+        `known` (per unit: item number across the unit's grading calls -> verdict)
+        are answered as they are, not graded. Verdicts a unit function keeps
+        (`UnitGrading.keep`) go to `on_kept(unit index, verdicts, note)` as they come
+        and join its known ones if the unit is sent again.
         """
         if self._config.unit_fn is None:
             raise ValueError("this pool has no unit_fn")
-        if len(weights) != len(units):
-            raise ValueError("one weight per unit")
+        if len(weights) != len(units) or (
+            known is not None and len(known) != len(units)
+        ):
+            raise ValueError("one weight (and known verdicts, if any) per unit")
         job = _UnitJob(
             units=units,
             weights=weights,
             results=[None] * len(units),
             answered=[[] for _unit in units],
+            known=[
+                {str(p): verdict.to_row() for p, verdict in verdicts.items()}
+                for verdicts in (known or [{} for _unit in units])
+            ],
+            on_kept=on_kept,
             finished=[False] * len(units),
             pending=deque(range(len(units))),
             attempts=[0] * len(units),
@@ -698,6 +826,10 @@ class LocalPool:
 
     # --- internals ---
 
+    def _restarted(self, reason: str) -> None:
+        if self._on_restart is not None:
+            self._on_restart(reason)
+
     def _stop_all(self, *, graceful: bool) -> None:
         workers, self._workers = list(self._workers.values()), {}
         for worker in workers + self._leaving:
@@ -722,6 +854,7 @@ class LocalPool:
                 del self._workers[worker.from_fd]
                 _send_eof(worker)
                 self._leaving.append(worker)
+                self._restarted("recycle")
         if self._leaving:
             self._reap_leaving()
         if len(self._workers) < self._processes:
@@ -810,6 +943,9 @@ class LocalPool:
         batch_id = worker.batches[0][0] if worker.batches else None
         if batch_id is None or reply.get("batch") != batch_id:  # never a stale answer
             raise SandboxError(f"local worker {worker.pid} answered an unknown batch")
+        if "kept" in reply:  # verdicts before the answer: the batch goes on
+            job.kept(batch_id, reply["kept"], reply.get("note"))
+            return
         worker.batches.popleft()
         job.accept(batch_id, reply, body)
         job.batches_left -= 1
@@ -826,6 +962,7 @@ class LocalPool:
         """
         del self._workers[worker.from_fd]
         status = _stop_worker(worker, graceful=False)
+        self._restarted(_restart_reason(worker.killed_for or _death_cause(status)))
         # Read once it is reaped, so the slot holds still: the item it died on.
         current = worker.slot.current()
         if not worker.batches:
