@@ -31,6 +31,7 @@ __all__ = [
     "batch_to_wire",
     "detach_items",
     "items_reference",
+    "pairs_error",
     "sign_task",
     "task_mac_ok",
     "text_error",
@@ -250,11 +251,27 @@ def _item_from_wire(raw: object, position: int) -> WireItem:
     return {"index": index, "response": response, "gold": gold}
 
 
+def pairs_error(pairs: Sequence[tuple[str, str]]) -> str | None:
+    """Why a batch of these (response, gold) pairs is refused (too many, a text
+    over the size limit), else None: the wire's bounds on items, for rollouts a
+    worker reads itself (`workers.line_batch`)."""
+    if len(pairs) > MAX_ITEMS_PER_BATCH:
+        return _too_many(len(pairs))
+    for position, (response, gold) in enumerate(pairs):
+        if (error := text_error(response, gold)) is not None:
+            return f"item {position}: {error}"
+    return None
+
+
+def _too_many(count: int) -> str:
+    return f"batch has {count} items > {MAX_ITEMS_PER_BATCH}"
+
+
 def _items_from_wire(raw: object, *, allow_empty: bool) -> tuple[WireItem, ...]:
     if not isinstance(raw, list) or not (raw or allow_empty):
         raise InvalidRequestError("items must be a non-empty list")
     if len(raw) > MAX_ITEMS_PER_BATCH:
-        raise InvalidRequestError(f"batch has {len(raw)} items > {MAX_ITEMS_PER_BATCH}")
+        raise InvalidRequestError(_too_many(len(raw)))
     items = tuple(_item_from_wire(item, pos) for pos, item in enumerate(raw))
     if len({item["index"] for item in items}) != len(items):
         raise InvalidRequestError("duplicate item indexes in batch")

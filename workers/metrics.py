@@ -11,7 +11,7 @@ import collections
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -232,14 +232,26 @@ class WorkerMetrics:
         """`item_graded` of each (verdict, seconds), a counter moved once per
         status: each move is a locked write to the multiprocess files, about 1 us
         an item of a prefork child's CPU (issue 11)."""
-        statuses = collections.Counter(verdict.status for verdict, _s in graded)
+        self.items_counted(
+            collections.Counter(verdict.status for verdict, _s in graded),
+            sum(not verdict.format_valid for verdict, _s in graded),
+            [duration_s for _verdict, duration_s in graded],
+        )
+
+    def items_counted(
+        self,
+        statuses: Mapping[Status, int],
+        format_invalid: int,
+        durations_s: Iterable[float],
+    ) -> None:
+        """`items_graded` from its counts (a unit of lines graded whole reports
+        these, not its verdicts)."""
         for status, count in statuses.items():
             self._graded[status].inc(count)
-        invalid = sum(not verdict.format_valid for verdict, _s in graded)
-        if invalid:
-            self._format_invalid.inc(invalid)
+        if format_invalid:
+            self._format_invalid.inc(format_invalid)
         observe = self._grade_duration.observe
-        for _verdict, duration_s in graded:
+        for duration_s in durations_s:
             observe(max(duration_s, 0.0))
 
     def cache_lookup(self, *, hits: int, misses: int) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "RECYCLE_AFTER_ITEMS",
     "RECYCLE_GROWN_SHARE",
     "SANDBOX_FRAME_ITEMS",
+    "SAVE_AFTER_S",
     "batch_size_for",
     "line_unit_lines_for",
     "next_chunk_items",
@@ -108,6 +109,12 @@ CHUNK_GROWTH = 4
 SLOW_CHUNK_ITEMS = 2
 MAX_CHUNK_ITEMS = 256
 CHUNK_TARGET_S = 0.25
+
+# Verdicts graded so far are saved once SAVE_AFTER_S of grading is unsaved: a lost
+# worker costs at most that much plus one chunk. A fast batch saves nothing (its
+# verdicts go straight into the result, stored in the round trip that drops whatever
+# was saved); one with slow items saves after each slow chunk.
+SAVE_AFTER_S = 0.25
 
 # Items a sandbox child or pool worker grades before a fresh one replaces it: a
 # backstop. A fresh process pays copy-on-write faults over the warm verifier's heap
