@@ -146,6 +146,12 @@ def _hang_once(path: str) -> None:
         time.sleep(60)
 
 
+def _logged_nap(path: str) -> None:
+    with Path(path).open("a") as log:  # one line each time it is graded
+        log.write(f"{os.getpid()}\n")
+    time.sleep(0.3)
+
+
 # Exact responses, then prefixes "name:<path>": what each makes the grader do.
 _MISBEHAVIOURS = {
     "hang": lambda: time.sleep(60),
@@ -157,7 +163,11 @@ _MISBEHAVIOURS = {
     "raise": _raise,
     "keep": _keep,
 }
-_PREFIXED = {"sleep-then-mark": _mark_then_hang, "once": _hang_once}
+_PREFIXED = {
+    "sleep-then-mark": _mark_then_hang,
+    "once": _hang_once,
+    "logged-nap": _logged_nap,
+}
 
 
 def hostile_grade(
@@ -168,7 +178,8 @@ def hostile_grade(
     "kill-my-worker" anywhere in a response kills the grading process's parent (a
     fleet worker's sandbox child kills the worker: never use it in the embedded pool,
     whose parent is the caller); "kill-me" SIGKILLs the grading process itself.
-    "once:<path>" hangs the first time, leaving the grading process's pid in <path>.
+    "once:<path>" hangs the first time, leaving the grading process's pid in <path>;
+    "logged-nap:<path>" adds a line to <path> and takes 0.3 s.
     """
     name, _, argument = response.partition(":")
     if response in _MISBEHAVIOURS:

@@ -4,10 +4,23 @@ In item mode the producer parses every JSONL line, sends each rollout, decodes e
 verdict and encodes each output line: some 20 us of its CPU a rollout, on the cores
 the fleet grades on. In line mode it stores a unit of raw lines
 (`producer.lines.fleet_unit_payload`) and writes back the output lines a worker
-rendered; the worker reads the lines as the CLI reads them, grades their rows as
-one batch (the same `tasks.BatchRun`: item limits, cache, partial saves and poison
-verdicts per rollout) and stores the output lines beside the batch's result,
-which names them (`protocol.line_result_json`, `protocol.line_output_key`).
+rendered; the worker stores them beside the batch's result, which names them
+(`protocol.line_result_json`, `protocol.line_output_key`).
+
+A unit is graded whole in the task's grading process (`grade_fleet_unit`, run by
+the runtime's `LocalPool`, as the embedded pool grades its units): it reads the
+lines, grades their rows and renders the output there, so the task's process
+never sees a rollout, only the payload going in and the output lines coming back
+(before, it parsed the lines, sent every rollout to its sandbox child, decoded
+every verdict and rendered: half its CPU a rollout). The pool keeps the item
+deadline and memory cap; verdicts of a slow unit are kept as they come
+(`UnitGrading.keep`) and saved like a batch's partial verdicts, so a lost worker
+costs what a batch of items costs, and a re-delivery answers them from there.
+
+A unit read in the task's process instead (`LineUnit.batch`: its rows as a batch of
+items, graded through the sandbox by `tasks.BatchRun`) serves the rare rest: poison
+verdicts after too many deliveries, a soft time limit, a unit whose grading process
+was lost too often with no item to blame.
 
 The lines are read and rendered with the producer's own line code
 (`producer.lines`, `producer.batching`: no Celery, no SymPy): the output must be
@@ -19,26 +32,107 @@ grades those lines in item mode.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import hashlib
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from producer.batching import InputRow, alternative_items, choose_alternatives
 from producer.lines import FLEET_UNIT_HEAD, read_fleet_unit, render_unit
-from workers.contract import WireBatchRequest, batch_from_wire
-from workers.errors import InvalidRequestError
-from workers.models import Verdict
+from workers.contract import WireBatchRequest, WireItem, batch_from_wire, pairs_error
+from workers.local import Unit, UnitGrading
+from workers.models import GradeOptions, Verdict
 from workers.protocol import line_output_key, line_result_json
 from workers.signing import Keyring
+from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
 
-__all__ = ["LineBatch", "is_line_unit", "line_batch"]
+__all__ = [
+    "GradedSummary",
+    "LineBatch",
+    "LineUnit",
+    "grade_fleet_unit",
+    "graded_summary",
+    "is_line_unit",
+    "line_unit_task",
+]
+
+_UNFIT_SHAPE = "its line numbers, sizes or field spec do not add up"
 
 
 def is_line_unit(payload: bytes | None) -> bool:
     """Whether a batch's stored payload is a unit of lines (else its items)."""
     return payload is not None and payload.startswith(FLEET_UNIT_HEAD)
+
+
+# What a task counts in its metrics of the items graded (`metrics.items_counted`):
+# {status value: count}, the count without a valid format, the seconds of each.
+GradedSummary = dict[str, Any]
+
+
+def graded_summary(graded: Sequence[tuple[Verdict, float]]) -> GradedSummary:
+    """The `GradedSummary` of (verdict, seconds) pairs (JSON)."""
+    statuses = collections.Counter(verdict.status.value for verdict, _s in graded)
+    return {
+        "statuses": dict(statuses),
+        "format_invalid": sum(not verdict.format_valid for verdict, _s in graded),
+        "durations_s": [seconds for _v, seconds in graded],
+    }
+
+
+def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
+    """Run in a task's grading process (a `LocalPool` worker): a unit's result
+    meta ("lines": totals and malformed lines; "rollouts"; "graded": the
+    `GradedSummary` of what was graded since the last `keep`) and its output
+    lines; or {"unfit": why} and no lines.
+
+    `unit` holds the task's options. Items are graded in growing chunks, as a
+    batch's are; once `SAVE_AFTER_S` of grading is unkept, the verdicts so far are
+    kept (with their summary, for the task to save and count). The grading at
+    stake counts the time a culprit cost the process lost on it: a unit sent
+    again after a hang keeps the hang's verdict with its chunk, so a lost task
+    does not wait out that deadline again.
+    """
+    read = read_fleet_unit(payload)
+    if read is None:
+        return {"unfit": _UNFIT_SHAPE}, b""
+    rows, errors = read
+    items, owners = alternative_items(rows)
+    pairs = [(row.response, row.gold) for row in items]
+    if (unfit := pairs_error(pairs)) is not None:
+        return {"unfit": unfit}, b""
+    options = GradeOptions.from_dict(unit["options"])
+    verdicts: list[Verdict] = []
+    unkept: dict[int, Verdict] = {}
+    counted = 0  # of grade.graded: those summed up in a keep
+    graded_s, summed = 0.0, 0  # seconds of those graded since, and how many
+    start, size = 0, FIRST_CHUNK_ITEMS
+    kept_at = time.monotonic()
+    while start < len(pairs):
+        chunk_started = time.monotonic()
+        for verdict in grade(pairs[start : start + size], options):
+            unkept[len(verdicts)] = verdict
+            verdicts.append(verdict)
+        start += size
+        now = time.monotonic()
+        graded = grade.graded
+        graded_s += sum(seconds for _v, seconds in graded[summed:])
+        summed = len(graded)
+        if start < len(pairs) and max(now - kept_at, graded_s) >= SAVE_AFTER_S:
+            grade.keep(unkept, graded_summary(graded[counted:]))
+            unkept, counted, kept_at, graded_s = {}, len(graded), now, 0.0
+        size = next_chunk_items(size, now - chunk_started)
+    chosen = choose_alternatives(len(rows), owners, verdicts)
+    lines, out = render_unit(rows, errors, chosen)
+    result = {
+        "lines": lines,
+        "rollouts": len(pairs),
+        "graded": graded_summary(grade.graded[counted:]),
+    }
+    return result, out
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,64 +145,91 @@ class LineBatch:
     render: Callable[[list[Verdict]], tuple[str, tuple[str, bytes] | None]]
 
 
-def line_batch(
-    wire: Mapping[str, Any],
-    payload: bytes,
-    items_digest: str,
-    keyring: Keyring | None,
-) -> LineBatch:
-    """The batch of the unit `payload` (`is_line_unit`) sent with task argument
-    `wire`.
+@dataclass(frozen=True, slots=True)
+class LineUnit:
+    """A unit of lines as its task receives it: ids and options (`head`, a request
+    without rollouts: none is read here unless `batch` is called) and the payload."""
 
-    Raises:
-        InvalidRequestError: the task argument itself is invalid (ids, options),
-            as for a batch of items.
-    """
-    # The task argument itself (ids, options) first: invalid, the task fails as
-    # for a batch of items.
-    attached = {k: v for k, v in wire.items() if k != "items_key"}
-    request = batch_from_wire({**attached, "items": []}, allow_empty=True)
-    rows: list[InputRow] = []
-    errors: list[list[Any]] = []
-    owners: list[int] = []
-    unfit: str | None = None
-    read = read_fleet_unit(payload)
-    if read is None:
-        unfit = "its line numbers, sizes or field spec do not add up"
-    else:
-        rows, errors = read
-        items, owners = alternative_items(rows)
-        wire_items = [
-            {"index": index, "response": row.response, "gold": row.gold}
-            for index, row in enumerate(items)
-        ]
-        try:  # the rollouts' bounds (count, text sizes) are those of items
-            request = batch_from_wire(
-                {**attached, "items": wire_items}, allow_empty=True
-            )
-        except InvalidRequestError as exc:
-            unfit = str(exc)
+    head: WireBatchRequest
+    payload: bytes
+    items_digest: str
+    keyring: Keyring | None
 
-    def render(verdicts: list[Verdict]) -> tuple[str, tuple[str, bytes] | None]:
-        lines: dict[str, Any]
+    @property
+    def lines(self) -> int:
+        """About its lines (fewer than its rollouts, which are not counted here):
+        newlines past the two of the payload's head."""
+        return max(1, self.payload.count(b"\n") - 2)
+
+    def result(
+        self, lines: Mapping[str, Any], out: bytes | None
+    ) -> tuple[str, tuple[str, bytes] | None]:
+        """The task's result JSON from a unit's result meta (or {"unfit": why}) and
+        its output lines, with the key to store those under (None when unfit)."""
+        request = self.head
         output = None
-        if unfit is not None:
-            lines = {"unfit": unfit}
-        else:
-            chosen = choose_alternatives(len(rows), owners, verdicts)
-            meta, out = render_unit(rows, errors, chosen)
+        lines = dict(lines)
+        if out is not None:
             key = line_output_key(request.batch_id, os.urandom(8).hex())
-            lines = {**meta, "out_key": key, "out_bytes": len(out)}
-            if keyring is not None:  # the MAC then covers the lines too
+            lines.update(out_key=key, out_bytes=len(out))
+            if self.keyring is not None:  # the MAC then covers the lines too
                 lines["out_sha256"] = hashlib.sha256(out).hexdigest()
             output = (key, out)
         text = line_result_json(
             job_id=request.job_id,
             batch_id=request.batch_id,
             lines=lines,
-            items_digest=items_digest,
-            keyring=keyring,
+            items_digest=self.items_digest,
+            keyring=self.keyring,
         )
         return text, output
 
-    return LineBatch(request, render)
+    def batch(self) -> LineBatch:
+        """The unit read here, as a batch of its rollouts (item indexes: their
+        order in `grade_fleet_unit`)."""
+        rows: list[InputRow] = []
+        errors: list[list[Any]] = []
+        owners: list[int] = []
+        unfit: str | None = None
+        request = self.head
+        read = read_fleet_unit(self.payload)
+        if read is None:
+            unfit = _UNFIT_SHAPE
+        else:
+            rows, errors = read
+            items, owners = alternative_items(rows)
+            unfit = pairs_error([(row.response, row.gold) for row in items])
+            if unfit is None:
+                wire_items = tuple(
+                    WireItem(index=index, response=row.response, gold=row.gold)
+                    for index, row in enumerate(items)
+                )
+                request = dataclasses.replace(request, items=wire_items)
+
+        def render(
+            verdicts: list[Verdict],
+        ) -> tuple[str, tuple[str, bytes] | None]:
+            if unfit is not None:
+                return self.result({"unfit": unfit}, None)
+            chosen = choose_alternatives(len(rows), owners, verdicts)
+            lines, out = render_unit(rows, errors, chosen)
+            return self.result(lines, out)
+
+        return LineBatch(request, render)
+
+
+def line_unit_task(
+    wire: Mapping[str, Any],
+    payload: bytes,
+    items_digest: str,
+    keyring: Keyring | None,
+) -> LineUnit:
+    """The unit `payload` (`is_line_unit`) sent with task argument `wire`.
+
+    Raises:
+        InvalidRequestError: the task argument itself is invalid (ids, options),
+            as for a batch of items.
+    """
+    attached = {k: v for k, v in wire.items() if k != "items_key"}
+    head = batch_from_wire({**attached, "items": []}, allow_empty=True)
+    return LineUnit(head, payload, items_digest, keyring)

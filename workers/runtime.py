@@ -15,8 +15,10 @@ import redis
 from workers.batch import BatchGrader
 from workers.connections import RedisClients
 from workers.errors import ConfigError
+from workers.line_batch import GradedSummary, grade_fleet_unit
+from workers.local import LocalPool
 from workers.metrics import WorkerMetrics
-from workers.models import Verdict
+from workers.models import Status, Verdict
 from workers.redis_cache import RedisResultCache
 from workers.sandbox import GradeFn, Sandbox
 from workers.settings import WorkerSettings
@@ -44,18 +46,30 @@ class TaskObserver:
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
         self._uncommitted: list[tuple[Verdict, float]] = []
+        self._uncommitted_summaries: list[GradedSummary] = []
 
     def item_graded(self, verdict: Verdict, duration_s: float) -> None:
         self._uncommitted.append((verdict, duration_s))
+
+    def items_summed(self, summary: GradedSummary) -> None:
+        """Items graded in a unit of lines' grading process (`line_batch`)."""
+        self._uncommitted_summaries.append(summary)
 
     def commit(self) -> None:
         """Count the items graded since the last commit."""
         self.metrics.items_graded(self._uncommitted)
         self._uncommitted.clear()
+        for summary in self._uncommitted_summaries:
+            statuses = {Status(v): n for v, n in summary["statuses"].items()}
+            self.metrics.items_counted(
+                statuses, summary["format_invalid"], summary["durations_s"]
+            )
+        self._uncommitted_summaries.clear()
 
     def discard(self) -> None:
         """Forget items graded but never stored (their batch failed)."""
         self._uncommitted.clear()
+        self._uncommitted_summaries.clear()
 
     def cache_lookup(self, *, hits: int, misses: int) -> None:
         self.metrics.cache_lookup(hits=hits, misses=misses)
@@ -87,6 +101,9 @@ class WorkerRuntime:
     # than that (issue 11, measured on a fleet: 77 -> 65 us of fleet CPU a rollout
     # with the cache's best case, 95% hits). Batches of items keep it.
     line_grader: BatchGrader
+    # Grades a unit of lines whole (`line_batch.grade_fleet_unit`): one process,
+    # forked on first use, replaced when an item overruns its limits.
+    line_pool: LocalPool
 
     def reset_sandbox(self) -> None:
         """Kill the child (it may be mid-item) and start over with a fresh grader."""
@@ -97,6 +114,7 @@ class WorkerRuntime:
 
     def close(self) -> None:
         self.sandbox.close()
+        self.line_pool.close()
         self.clients.close()
 
 
@@ -150,6 +168,20 @@ def _line_grader(sandbox: Sandbox, observer: TaskObserver) -> BatchGrader:
     return BatchGrader(sandbox=sandbox, cache=None, observer=observer)
 
 
+def _line_pool(settings: WorkerSettings, observer: TaskObserver) -> LocalPool:
+    return LocalPool(
+        processes=1,
+        item_timeout_s=settings.item_timeout_s,
+        item_memory_bytes=settings.item_memory_bytes,
+        recycle_after_items=settings.recycle_after_items,
+        cache_path=None,
+        grade_fn=_grade_fn(settings),
+        unit_fn=grade_fleet_unit,
+        collect_graded=True,
+        on_restart=observer.sandbox_restarted,
+    )
+
+
 def build_runtime(settings: WorkerSettings) -> WorkerRuntime:
     """Build a process's runtime (the sandbox child itself starts on first use)."""
     clients = RedisClients(socket_timeout=_SOCKET_TIMEOUT_S)
@@ -166,6 +198,7 @@ def build_runtime(settings: WorkerSettings) -> WorkerRuntime:
         sandbox=sandbox,
         grader=_grader(settings, sandbox, observer, clients),
         line_grader=_line_grader(sandbox, observer),
+        line_pool=_line_pool(settings, observer),
     )
 
 

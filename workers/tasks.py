@@ -38,7 +38,7 @@ from workers.contract import (
     wire_items_digest,
 )
 from workers.lanes import INTERACTIVE, lane_of_queue
-from workers.line_batch import is_line_unit, line_batch
+from workers.line_batch import LineUnit, is_line_unit, line_unit_task
 from workers.models import Status, Verdict
 from workers.protocol import (
     claim_key,
@@ -49,16 +49,11 @@ from workers.protocol import (
 )
 from workers.refusals import OUTLAST_REFUSALS
 from workers.runtime import WorkerRuntime, get_runtime
-from workers.sizing import FIRST_CHUNK_ITEMS, next_chunk_items
+from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
 from workers.verdicts import failure_verdict, poison_verdict
 
 __all__ = ["BatchRun", "grade_batch"]
 
-# Verdicts graded so far are saved once SAVE_AFTER_S of grading is unsaved: a lost
-# worker costs at most that much plus one chunk. A fast batch saves nothing (its
-# verdicts go straight into the result, stored in the round trip that drops whatever
-# was saved); one with slow items saves after each slow chunk.
-SAVE_AFTER_S = 0.25
 _LATE_REASON = "batch time limit reached before this item"
 log = logging.getLogger(__name__)
 # A queued batch from an older producer (no `kept_alive`) whose job has no board
@@ -73,6 +68,12 @@ class BatchRun:
     With a `task`, its STARTED and SUCCESS states (the SUCCESS result is the
     `protocol.WireResult`) are written to Celery's result key by the run itself
     (see `bookkeeping.ResultSlot`), and a heartbeat runs while it grades.
+
+    A unit of input lines (`unit`; `request` is then its `head`, without
+    rollouts) is graded whole in the runtime's `line_pool` and stores its
+    rendered lines; it is read here as a batch of items (`LineUnit.batch`) only
+    when that cannot serve (see `workers.line_batch`). Either way it is graded
+    without the answer cache (see `WorkerRuntime.line_grader`).
     """
 
     def __init__(
@@ -85,16 +86,17 @@ class BatchRun:
         items_digest: str | None = None,
         items_key: str | None = None,
         claim: Lock | None = None,
-        render: Callable[[list[Verdict]], tuple[str, tuple[str, bytes] | None]]
-        | None = None,
+        unit: LineUnit | None = None,
     ) -> None:
         self.runtime = runtime
         self.claim = claim
-        # A batch of input lines stores its rendered lines (`line_batch`), and is
-        # graded without the answer cache (see `WorkerRuntime.line_grader`).
-        self.render = render
-        self.grader = runtime.grader if render is None else runtime.line_grader
+        self.unit = unit
+        self.render: (
+            Callable[[list[Verdict]], tuple[str, tuple[str, bytes] | None]] | None
+        ) = None
+        self.grader = runtime.grader if unit is None else runtime.line_grader
         self.request = request
+        self.size = len(request.items)  # rollouts, once known
         self.task = task
         self.lane = lane
         self.items_digest = items_digest
@@ -112,8 +114,8 @@ class BatchRun:
             claim_key=None if claim is None else claim_key(request.batch_id),
         )
 
-    def run(self) -> list[tuple[int, Verdict]]:
-        """Grade what no earlier delivery saved; store the result; verdicts in order."""
+    def run(self) -> None:
+        """Grade what no earlier delivery saved; store the result."""
         started = time.monotonic()
         observer = self.runtime.observer
         observer.discard()  # left by a batch that failed: never stored
@@ -123,15 +125,9 @@ class BatchRun:
             self.progress.begin, self._refused
         )
         self.runtime.metrics.integrity_rejected("partial", self.progress.rejected)
-        todo = [
-            GradeItem(index=it["index"], response=it["response"], gold=it["gold"])
-            for it in self.request.items
-            if it["index"] not in self.done
-        ]
         try:
             with self._heartbeat():
-                self._grade_or_stand_in(todo, attempts)
-            result, output = self._result()
+                result, output = self._grade_or_stand_in(attempts)
             OUTLAST_REFUSALS.call_with_retry(
                 lambda: self.progress.finish(result, output), self._refused
             )
@@ -140,11 +136,10 @@ class BatchRun:
             self.grader.flush_stores()
         observer.commit()
         self.runtime.metrics.batch_done(
-            size=len(self.request.items),
+            size=self.size,
             duration_s=time.monotonic() - started,
             lane=self.lane,
         )
-        return [(it["index"], self.done[it["index"]]) for it in self.request.items]
 
     def _refused(self, exc: Exception) -> None:
         log.warning(
@@ -168,9 +163,12 @@ class BatchRun:
     def _heartbeat(self) -> contextlib.AbstractContextManager[object]:
         if self.task is None:
             return contextlib.nullcontext()
+        total = len(self.request.items)
+        if self.unit is not None and self.render is None:  # not read here
+            total = self.unit.lines
         return Heartbeat(
             self.task,
-            len(self.request.items),
+            total,
             lambda: len(self.done),
             on_beat=lambda: renew(self.claim),
         )
@@ -192,25 +190,69 @@ class BatchRun:
             keyring=self.runtime.settings.keyring,
         )
 
-    def _grade_or_stand_in(self, todo: list[GradeItem], attempts: int) -> None:
+    def _todo(self) -> list[GradeItem]:
+        """The items without a verdict (a unit of lines is read here first)."""
+        if self.unit is not None and self.render is None:
+            batch = self.unit.batch()
+            self.request, self.render = batch.request, batch.render
+            self.size = len(batch.request.items)
+        return [
+            GradeItem(index=it["index"], response=it["response"], gold=it["gold"])
+            for it in self.request.items
+            if it["index"] not in self.done
+        ]
+
+    def _grade_or_stand_in(self, attempts: int) -> tuple[str, tuple[str, bytes] | None]:
+        """Grade (or stand in for) what is left; the result and what goes beside."""
         options = self.request.options
         try:
-            if todo and attempts > self.runtime.settings.max_attempts:
+            if attempts > self.runtime.settings.max_attempts:
                 lost = attempts - 1  # deliveries before this one that never finished
                 self._answer_all(
-                    todo, lambda it: poison_verdict(it.response, it.gold, options, lost)
+                    self._todo(),
+                    lambda it: poison_verdict(it.response, it.gold, options, lost),
                 )
+            elif self.unit is not None and (whole := self._grade_unit()) is not None:
+                return whole
             else:
-                self._grade_in_chunks(todo)
+                self._grade_in_chunks(self._todo())
         except SoftTimeLimitExceeded:
             # Backstop only (item deadlines normally end a batch long before it).
             self.runtime.reset_sandbox()
             self._answer_all(
-                todo,
+                self._todo(),
                 lambda it: failure_verdict(
                     Status.TIMEOUT, _LATE_REASON, it.response, it.gold, options
                 ),
             )
+        return self._result()
+
+    def _grade_unit(self) -> tuple[str, tuple[str, bytes] | None] | None:
+        """A unit of lines graded whole in the line pool; None when its grading
+        process was lost too often with no item to blame (the caller grades its
+        rows then)."""
+        assert self.unit is not None
+        unit = ({"options": self.request.options.to_dict()}, self.unit.payload)
+        # Weighed by its lines: what the pool counts its worker's items by.
+        [graded] = self.runtime.line_pool.run_units(
+            [unit], [self.unit.lines], known=[self.done], on_kept=self._kept
+        )
+        if graded is None:
+            return None
+        meta, out = graded
+        if "unfit" in meta:
+            return self.unit.result({"unfit": meta["unfit"]}, None)
+        self.size = meta["rollouts"]
+        self.runtime.observer.items_summed(meta["graded"])
+        return self.unit.result(meta["lines"], out)
+
+    def _kept(self, _unit: int, verdicts: dict[int, Verdict], summary: Any) -> None:
+        """Verdicts of a slow unit of lines so far: saved as a batch's are."""
+        fresh = [(i, v) for i, v in verdicts.items() if i not in self.done]
+        self.done.update(fresh)
+        self.progress.save(fresh)
+        self.runtime.observer.items_summed(summary)
+        self.runtime.observer.commit()
 
     def _answer_all(
         self, items: list[GradeItem], verdict_for: Callable[[GradeItem], Verdict]
@@ -262,11 +304,11 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
         return
     digest = wire_items_digest(wire, payload)
     keyring = runtime.settings.keyring
-    render = None
+    unit = None
     if key is not None and is_line_unit(payload):  # lines, not items
         assert payload is not None
-        lines = line_batch(wire, payload, digest, keyring)
-        request, render = lines.request, lines.render
+        unit = line_unit_task(wire, payload, digest, keyring)
+        request = unit.head
     else:
         if key is not None:  # items stored by the producer (`contract.detach_items`)
             wire = attach_items(wire, payload)
@@ -304,7 +346,7 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
                 items_digest=digest,
                 items_key=key,
                 claim=claim,
-                render=render,
+                unit=unit,
             ).run()
     except BaseException:
         release(claim)  # a re-send grades it at once (the result ends it otherwise)

@@ -131,10 +131,12 @@ def publish_batch(
     items: list[tuple[int, str, str]],
     *,
     keyring: Keyring | None = None,
+    unit: bytes | None = None,
 ) -> str:
     """Store a batch's items and queue its task as a producer does (job id: the part
     of `batch_id` before the dot; signed when a `keyring` is given); returns the
-    items digest."""
+    items digest. With `unit` (a `producer.lines.fleet_unit_payload`), that is
+    stored in place of the items, as `GradingClient.submit_units` does."""
     wire, items_json = detach_items(
         batch_to_wire(
             job_id=batch_id.split(".")[0],
@@ -144,6 +146,8 @@ def publish_batch(
             enqueued_at=time.time(),
         )
     )
+    if unit is not None:
+        items_json = unit
     if keyring is not None:
         wire = sign_task(wire, items_json, keyring)
     redis.Redis.from_url(url).set(wire["items_key"], items_json, ex=600)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import random
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,11 @@ from producer.client import GradingClient
 from producer.fields import FieldSpec
 from producer.lines import fleet_unit_payload, line_unit
 from tests.helpers import free_port, mixed_lines
+from tests.hooks import HANG
+from tests.integration.faults import counter_total, metered_worker, publish_batch
 from workers.metrics import ProducerMetrics
-from workers.models import GradeOptions
+from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.protocol import attempts_key, partial_key, read_task_meta, task_meta_key
 
 pytestmark = pytest.mark.integration
 
@@ -369,3 +374,88 @@ def test_cli_fleet_line_units_skip_the_answer_cache_item_batches_use_it(
     assert cached_answers() > 0
     assert any(row["cached"] for row in items2)
     assert _without_cached(items1) == _without_cached(items2) == _without_cached(first)
+
+
+def _unit_line(line_no: int, response: str, gold: str) -> tuple[int, bytes]:
+    return line_no, json.dumps({"response": response, "gold": gold}).encode() + b"\n"
+
+
+def _unit(lines: list[tuple[int, bytes]]) -> bytes:
+    return fleet_unit_payload(*line_unit(lines, FieldSpec(), GradeOptions()))
+
+
+def test_fleet_line_unit_with_hang_items_saves_its_verdicts_and_counts_once(
+    make_workers: Any, redis_server: str, tmp_path: Path, wait_until: Any
+) -> None:
+    # Given a worker (1 s item deadline) with metrics, and a unit of 40 lines whose
+    # 4th and 31st rollouts hang
+    _worker, port = metered_worker(make_workers, redis_server, tmp_path, concurrency=1)
+    admin = redis.Redis.from_url(redis_server)
+    gold = str(random.randrange(10**12, 10**13))  # no cached answer for the hangs
+    lines = [_unit_line(n + 1, f"saves \\boxed{{{n}}}", str(n)) for n in range(40)]
+    for k in (3, 30):
+        lines[k] = _unit_line(k + 1, f"\\boxed{{{HANG} saves {k}}}", gold)
+    with GradingClient(redis_server, deadline_s=60) as client:
+        job = client.submit_units([_unit(lines)], [40])
+        # When the unit is graded whole, Then the first chunk's verdicts are saved
+        # once the first hang is answered (a worker lost now costs the
+        # re-delivery no second wait on it)
+        key = partial_key(f"{job.job_id}.0")
+        wait_until(lambda: admin.hlen(key) >= 16, timeout_s=30, what="saved chunk")
+        saved = admin.hgetall(key)
+        [(_unit_index, result)] = list(job.as_completed(60.0))
+    assert {int(index) for index in saved} >= set(range(16))
+    assert json.loads(saved[b"3"])["status"] == "timeout"
+    rows = [json.loads(line) for line in result["out"].splitlines()]
+    assert [row["status"] for row in rows].count("timeout") == 2
+    assert [rows[3]["status"], rows[30]["status"]] == ["timeout", "timeout"]
+    # And the worker counted each rollout once and both hangs' restarts
+    assert counter_total(port, "gradefleet_rollouts_graded_total") == 40
+    restarts = counter_total(
+        port, "gradefleet_sandbox_restarts_total", reason="timeout"
+    )
+    assert restarts == 2
+    # And once the result is stored, the saved verdicts are dropped
+    wait_until(lambda: not admin.exists(key), timeout_s=10, what="drop")
+
+
+def test_fleet_redelivered_line_unit_answers_saved_verdicts_ungraded(
+    workers: Any, redis_server: str, wait_until: Any
+) -> None:
+    # Given a unit of two lines whose first rollout an earlier delivery graded and
+    # saved before it died
+    workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S)
+    admin = redis.Redis.from_url(redis_server)
+    batch_id = f"unit-{uuid.uuid4().hex}.0"
+    saved = Verdict(
+        correct=True,
+        status=Status.CORRECT,
+        format_valid=True,
+        extracted="3",
+        extraction_method=ExtractionMethod.BOXED,
+        reason="saved by an earlier delivery",
+    )
+    admin.hset(partial_key(batch_id), "0", json.dumps(saved.to_dict()))
+    admin.set(attempts_key(batch_id), 1)
+    lines = [_unit_line(1, "\\boxed{7}", "3"), _unit_line(2, "\\boxed{4}", "5")]
+    # When it is delivered again
+    publish_batch(redis_server, batch_id, [(0, "", "")], unit=_unit(lines))
+    raw = wait_until(
+        lambda: (
+            admin.get(task_meta_key(batch_id))
+            if b"SUCCESS" in (admin.get(task_meta_key(batch_id)) or b"")
+            else None
+        ),
+        timeout_s=30,
+        what="the unit's result",
+    )
+    lines_meta = read_task_meta(raw).lines
+    assert lines_meta is not None
+    out = admin.get(lines_meta["out_key"])
+    assert out is not None
+    rows = [json.loads(line) for line in out.splitlines()]
+    # Then its first line carries the saved verdict (not graded again: graded, it
+    # is wrong), and the second is graded
+    assert (rows[0]["correct"], rows[0]["reason"]) == (True, saved.reason)
+    assert (rows[1]["correct"], rows[1]["status"]) == (False, "wrong")
+    assert lines_meta["totals"]["correct"] == 1

@@ -5,8 +5,10 @@ it are in tests/integration/test_cli_fleet.py."""
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,14 +29,18 @@ from producer.lines import (
     line_unit,
     read_fleet_unit,
 )
+from tests.helpers import hostile_grade
+from workers import verifier
 from workers.contract import MAX_ITEMS_PER_BATCH
-from workers.line_batch import is_line_unit, line_batch
+from workers.line_batch import grade_fleet_unit, is_line_unit, line_unit_task
+from workers.local import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.protocol import read_task_meta, result_json, result_rejection, task_meta
 from workers.signing import Keyring
 from workers.sizing import MAX_LINE_UNIT_LINES, MIN_BATCH_SIZE, line_unit_lines_for
 
 OPTIONS = GradeOptions()
+MIB = 1 << 20
 KEYRING = Keyring.from_text("k1:" + "ab" * 32)
 WIRE = {
     "schema": 1,
@@ -130,7 +136,7 @@ def _grade_rows(rows: list[InputRow]) -> list[Verdict]:
 
 def _rendered(payload: bytes, keyring: Keyring | None = None) -> Any:
     """What a worker stores for `payload`: the result meta and the output."""
-    batch = line_batch(WIRE, payload, "digest", keyring)
+    batch = line_unit_task(WIRE, payload, "digest", keyring).batch()
     verdicts = _grade(
         [(it["response"], it["gold"]) for it in batch.request.items], OPTIONS
     )
@@ -260,3 +266,99 @@ def test_line_units_are_sixteen_a_chunk_within_bounds() -> None:
     assert line_unit_lines_for(2_048) == 128
     assert line_unit_lines_for(10) == MIN_BATCH_SIZE
     assert line_unit_lines_for(10**6) == MAX_LINE_UNIT_LINES
+
+
+def _json_line(line_no: int, response: str, gold: str) -> tuple[int, bytes]:
+    return line_no, json.dumps({"response": response, "gold": gold}).encode() + b"\n"
+
+
+def test_fleet_unit_graded_whole_is_the_unit_read_as_a_batch(tmp_path: Path) -> None:
+    # Given a unit of lines of every kind, and one of lines that do not add up
+    payload = _payload()
+    # When a pool worker grades each whole (the fleet's line pool)
+    with LocalPool(
+        processes=1,
+        item_timeout_s=5.0,
+        item_memory_bytes=512 * MIB,
+        cache_path=None,
+        unit_fn=grade_fleet_unit,
+        collect_graded=True,
+    ) as pool:
+        whole, unfit = pool.run_units(
+            [({"options": OPTIONS.to_dict()}, p) for p in (payload, payload[:-1])],
+            [1, 1],
+        )
+    # Then its output and totals are those of the unit read as a batch and graded
+    # in process, byte for byte, and every rollout is counted once
+    batch = line_unit_task(WIRE, payload, "digest", None).batch()
+    pairs = [(it["response"], it["gold"]) for it in batch.request.items]
+    _text, output = batch.render([verifier.grade(r, g) for r, g in pairs])
+    assert whole is not None
+    assert output is not None
+    meta, out = whole
+    assert out == output[1]
+    _rows, errors = read_fleet_unit(payload) or ([], [])
+    assert meta["lines"]["errors"] == errors
+    assert meta["rollouts"] == len(pairs) == 6
+    assert sum(meta["graded"]["statuses"].values()) == 6
+    assert len(meta["graded"]["durations_s"]) == 6
+    # And the unit that does not add up is answered unfit, with no lines
+    assert unfit == (
+        {"unfit": "its line numbers, sizes or field spec do not add up"},
+        b"",
+    )
+
+
+def test_fleet_unit_keeps_slow_verdicts_and_answers_them_when_sent_again(
+    tmp_path: Path,
+) -> None:
+    # Given a unit whose first chunk (16 items) holds two items of 0.3 s each, and
+    # whose 30th item hangs past the 1 s deadline
+    naps = tmp_path / "naps"
+    lines = [_json_line(1, f"logged-nap:{naps}", "1")]
+    lines += [_json_line(2, f"logged-nap:{naps}", "2")]
+    lines += [_json_line(n, f"so \\boxed{{{n}}}", str(n % 3)) for n in range(3, 30)]
+    lines += [_json_line(30, "hang", "1")]
+    lines += [_json_line(n, f"so \\boxed{{{n}}}", "4") for n in range(31, 36)]
+    kept: list[tuple[dict[int, Verdict], Any]] = []
+    restarts: list[str] = []
+    # When a pool worker grades it whole
+    with LocalPool(
+        processes=1,
+        item_timeout_s=1.0,
+        item_memory_bytes=512 * MIB,
+        cache_path=None,
+        grade_fn=hostile_grade,
+        unit_fn=grade_fleet_unit,
+        collect_graded=True,
+        on_restart=restarts.append,
+    ) as pool:
+        [whole] = pool.run_units(
+            [({"options": OPTIONS.to_dict()}, _payload(lines))],
+            [1],
+            on_kept=lambda _unit, verdicts, summary: kept.append((verdicts, summary)),
+        )
+    assert whole is not None
+    meta, out = whole
+    # Then the slow chunk's verdicts were kept as it ended, before the hang
+    assert kept
+    assert set(range(16)) <= set(kept[0][0])
+    assert all(29 not in verdicts for verdicts, _s in kept)
+    # And after the hang cost the worker, the unit sent again answered them from
+    # there: each nap was graded once
+    assert restarts == ["timeout"]
+    assert len(naps.read_text().splitlines()) == 2
+    # And every item is counted once, in a keep or in the result, the hang as
+    # `timeout`; its output line says so, the others say what grade() says
+    summaries = [summary for _v, summary in kept] + [meta["graded"]]
+    counted = collections.Counter[str]()
+    for summary in summaries:
+        counted.update(summary["statuses"])
+    assert sum(counted.values()) == 35
+    assert counted["timeout"] == 1
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [row["status"] for row in rows].count("timeout") == 1
+    assert rows[29]["status"] == "timeout"
+    for row in rows[2:29] + rows[30:]:
+        want = verifier.grade(row["response"], row["gold"])
+        assert (row["correct"], row["status"]) == (want.correct, want.status.value)
