@@ -24,8 +24,8 @@ verifier warm-up; the stored text rides undecoded after the unit's lines), few i
 the CLI itself.
 
 On a fleet a unit is a task: its lines are stored in Redis in place of a batch's
-items (`fleet_unit_payload`), a worker reads and grades them as one batch and
-renders them with `render_unit` (`workers.line_batch`), and the producer gets the
+items (`fleet_unit_payload`), a worker's grading process reads and grades them
+and renders them with `render_unit` (`workers.line_batch`), and the producer gets the
 output lines back as bytes with the totals and malformed lines
 (`fleet_unit_result`).
 """
@@ -151,8 +151,9 @@ def _rendered(
 
 def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
     """Run in a pool worker: a unit's totals and malformed lines, and its output
-    lines as UTF-8. The result also carries, under "store", each row's final
-    verdict: what the cache keeps of the unit (see `replay_line_unit`)."""
+    lines as UTF-8. The result also carries, under "store", what builds each
+    row's final verdict as the cache keeps it (see `replay_line_unit`): built
+    only with the cache on."""
     options = GradeOptions.from_dict(unit["options"])
     rows, errors = _unit_rows(unit, body)
 
@@ -162,7 +163,10 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
     verdicts = grade_alternatives(rows, grade_rows, lambda _n: None)
     value_rows = [verdict_values(verdict) for verdict in verdicts]
     totals, out = _render(rows, value_rows)
-    keep = {"fields": _STORED_FIELDS, "rows": list(map(_stored_values, value_rows))}
+
+    def keep() -> dict[str, Any]:
+        return {"fields": _STORED_FIELDS, "rows": list(map(_stored_values, value_rows))}
+
     return {"totals": totals, "errors": errors, "store": keep}, out
 
 

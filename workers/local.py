@@ -255,12 +255,12 @@ class _Collector:
         pass
 
 
-def _store_unit(exact: ExactLayer, key: str, stored: Any) -> None:
+def _store_unit(exact: ExactLayer, key: str, stored: Callable[[], Any] | None) -> None:
     """Keep what a unit's result offered to store (see `run_units`)."""
     if stored is None:
         return
     try:
-        exact.store_unit(key, stored)
+        exact.store_unit(key, stored())
     except CacheError as exc:  # it is graded again next time
         log.warning("unit cache store failed: %s", exc)
 
@@ -751,10 +751,11 @@ class LocalPool:
         (rollouts per unit) count for `on_progress` and worker recycling. Past
         `deadline_at`, DeadlineError with the results so far (None: not arrived).
 
-        A result dict may offer, under "store", JSON to keep in the cache: with the
-        cache on and `keys` (`ExactLayer.unit_key` of each unit), the worker stores
-        it under the unit's key when none of the unit's verdicts is transient. It
-        is never sent back.
+        A result dict may offer, under "store", a function that returns JSON to
+        keep in the cache (called only to store it): with the cache on and `keys`
+        (`ExactLayer.unit_key` of each unit), the worker stores it under the
+        unit's key when none of the unit's verdicts is transient. It is never sent
+        back.
 
         `known` (per unit: item number across the unit's grading calls -> verdict)
         are answered as they are, not graded. Verdicts a unit function keeps
