@@ -99,7 +99,8 @@ class WorkerRuntime:
     # cache, as the embedded pool grades its units: a hit still needs the response
     # prepared and saves only deciding it, and the lookups and stores cost more
     # than that (issue 11, measured on a fleet: 77 -> 65 us of fleet CPU a rollout
-    # with the cache's best case, 95% hits). Batches of items keep it.
+    # with the cache's best case, 95% hits). Batches of items keep it. This one
+    # grades a unit read in the task's process (`line_batch.LineUnit.batch`).
     line_grader: BatchGrader
     # Grades a unit of lines whole (`line_batch.grade_fleet_unit`): one process,
     # forked on first use, replaced when an item overruns its limits.

@@ -478,11 +478,11 @@ def fleet_roles(work: Path, n: int, fleet: Fleet) -> None:
     for worker in fleet.workers:
         pids[worker.proc.pid] = "Celery worker main process"
         for child in _children(worker.proc.pid):
-            pids[child] = "prefork child (task, cache, Redis bookkeeping)"
+            pids[child] = "prefork child (task, Redis bookkeeping, the unit in and out)"
             prefork.append(child)
 
-    def sandbox_cpu_s() -> dict[int, float]:
-        # Live sandbox children, and (per prefork child) those it has reaped:
+    def grading_cpu_s() -> dict[int, float]:
+        # Live grading children, and (per prefork child) those it has reaped:
         # they are recycled during the run, so their pids come and go.
         cpu = {-pid: _proc_cpu_s(pid, reaped=True) for pid in prefork}
         for pid in prefork:
@@ -491,19 +491,19 @@ def fleet_roles(work: Path, n: int, fleet: Fleet) -> None:
 
     fleet.flush_cache()
     before = {pid: _proc_cpu_s(pid) for pid in pids}
-    sandbox_before = sandbox_cpu_s()
+    grading_before = grading_cpu_s()
     cli_before = _children_cpu_s()
     cli_s(src, work / "out.jsonl", "--broker", fleet.redis.url)
     cli_cpu = _children_cpu_s() - cli_before
-    sandbox_after = sandbox_cpu_s()
+    grading_after = grading_cpu_s()
     per: dict[str, float] = collections.defaultdict(float)
     for pid, role in pids.items():
         per[role] += _proc_cpu_s(pid) - before[pid]
     # A child replaced during the run leaves the live set, and its whole life's CPU
     # joins its parent's reaped total: its CPU before the run is taken off too.
-    per["sandbox child"] = sum(
-        sandbox_after.get(pid, 0.0) - sandbox_before.get(pid, 0.0)
-        for pid in sandbox_before.keys() | sandbox_after.keys()
+    per["grading child (line pool worker: parse, grade, render)"] = sum(
+        grading_after.get(pid, 0.0) - grading_before.get(pid, 0.0)
+        for pid in grading_before.keys() | grading_after.keys()
     )
     per["producer (gradefleet grade --broker)"] = cli_cpu
     print(f"\nfleet, 2 workers, {n:,} rollouts: CPU us per rollout by process\n")
