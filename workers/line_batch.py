@@ -113,10 +113,15 @@ def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
     kept_at = time.monotonic()
     while start < len(pairs):
         chunk_started = time.monotonic()
-        for verdict in grade(pairs[start : start + size], options):
+        end = min(start + size, len(pairs))
+        # An earlier attempt's culprit ends its chunk: kept with it (its deadline
+        # is at stake), so with several hangs in one chunk each attempt keeps one
+        # more instead of grading the chunk again and keeping nothing.
+        end = min((p + 1 for p in grade.culprits if start <= p < end), default=end)
+        for verdict in grade(pairs[start:end], options):
             unkept[len(verdicts)] = verdict
             verdicts.append(verdict)
-        start += size
+        start = end
         now = time.monotonic()
         graded = grade.graded
         graded_s += sum(seconds for _v, seconds in graded[summed:])

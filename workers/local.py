@@ -134,6 +134,11 @@ class UnitGrading(Protocol):
         """(verdict, seconds) of each item this process graded or answered as a
         culprit in this unit so far: not those answered from `keep`."""
 
+    @property
+    def culprits(self) -> frozenset[int]:
+        """Item numbers that cost an earlier worker its life on this unit (answered
+        as failures here) and were not kept since."""
+
     def keep(self, verdicts: dict[int, Verdict], note: Any = None) -> None:
         """Send these verdicts (by item number across the unit's calls) and `note`
         (JSON) to the pool's caller now (`run_units`' `on_kept`); if the unit is
@@ -292,6 +297,7 @@ class _UnitGrading:
         self._known = {
             int(position): row for position, row in message.get("known", {}).items()
         }
+        self.culprits = frozenset(p for p in self._answered if p not in self._known)
         self._grader = grader
         self._inline = inline
         self._collector = collector

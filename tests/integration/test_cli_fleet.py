@@ -22,6 +22,7 @@ from producer.lines import fleet_unit_payload, line_unit
 from tests.helpers import free_port, mixed_lines
 from tests.hooks import HANG
 from tests.integration.faults import counter_total, metered_worker, publish_batch
+from workers import verifier
 from workers.metrics import ProducerMetrics
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.protocol import attempts_key, partial_key, read_task_meta, task_meta_key
@@ -397,14 +398,15 @@ def test_fleet_line_unit_with_hang_items_saves_its_verdicts_and_counts_once(
         lines[k] = _unit_line(k + 1, f"\\boxed{{{HANG} saves {k}}}", gold)
     with GradingClient(redis_server, deadline_s=60) as client:
         job = client.submit_units([_unit(lines)], [40])
-        # When the unit is graded whole, Then the first chunk's verdicts are saved
-        # once the first hang is answered (a worker lost now costs the
-        # re-delivery no second wait on it)
+        # When the unit is graded whole, Then the verdicts up to the first hang are
+        # saved once it is answered (the unit goes again without it, its chunk
+        # ending there): a worker lost now costs the re-delivery no second wait on
+        # it, while the second hang still runs to its deadline
         key = partial_key(f"{job.job_id}.0")
-        wait_until(lambda: admin.hlen(key) >= 16, timeout_s=30, what="saved chunk")
+        wait_until(lambda: admin.hexists(key, "3"), timeout_s=30, what="saved hang")
         saved = admin.hgetall(key)
         [(_unit_index, result)] = list(job.as_completed(60.0))
-    assert {int(index) for index in saved} >= set(range(16))
+    assert {int(index) for index in saved} >= set(range(4))
     assert json.loads(saved[b"3"])["status"] == "timeout"
     rows = [json.loads(line) for line in result["out"].splitlines()]
     assert [row["status"] for row in rows].count("timeout") == 2
@@ -459,3 +461,26 @@ def test_fleet_redelivered_line_unit_answers_saved_verdicts_ungraded(
     assert (rows[0]["correct"], rows[0]["reason"]) == (True, saved.reason)
     assert (rows[1]["correct"], rows[1]["status"]) == (False, "wrong")
     assert lines_meta["totals"]["correct"] == 1
+
+
+def test_fleet_line_unit_past_the_batch_backstop_keeps_what_it_graded(
+    workers: Any, redis_server: str
+) -> None:
+    # Given a worker sized for 1-item batches (soft limit ~12 s at a 1 s deadline),
+    # and a unit of 16 usual lines then 16 whose rollouts hang
+    workers.start(item_timeout_s=1.0, extra_env={"GRADEFLEET_MAX_BATCH_SIZE": "1"})
+    lines = [_unit_line(n + 1, f"so \\boxed{{{n}}}", str(n % 5)) for n in range(16)]
+    lines += [_unit_line(n + 1, f"\\boxed{{{HANG} {n}}}", "1") for n in range(16, 32)]
+    # When the unit runs into the backstop
+    with GradingClient(redis_server, deadline_s=90) as client:
+        job = client.submit_units([_unit(lines)], [32])
+        [(_unit_index, result)] = list(job.as_completed(90.0))
+    rows = [json.loads(line) for line in result["out"].splitlines()]
+    # Then the usual lines keep the verdicts they were graded (kept, with the first
+    # hang's, after it), and every hang is `timeout`, the last ones stood in for
+    for row in rows[:16]:
+        want = verifier.grade(row["response"], row["gold"])
+        assert (row["correct"], row["status"]) == (want.correct, want.status.value)
+    assert [row["status"] for row in rows[16:]] == ["timeout"] * 16
+    assert rows[-1]["reason"] == "batch time limit reached before this item"
+    assert rows[16]["reason"] != rows[-1]["reason"]  # its deadline, not the backstop

@@ -341,13 +341,15 @@ def test_fleet_unit_keeps_slow_verdicts_and_answers_them_when_sent_again(
     assert whole is not None
     meta, out = whole
     # Then the slow chunk's verdicts were kept as it ended, before the hang
-    assert kept
-    assert set(range(16)) <= set(kept[0][0])
-    assert all(29 not in verdicts for verdicts, _s in kept)
+    assert len(kept) == 2
+    assert set(kept[0][0]) == set(range(16))
     # And after the hang cost the worker, the unit sent again answered them from
-    # there: each nap was graded once
+    # there (each nap was graded once) and kept the hang's verdict with the chunk
+    # it ends
     assert restarts == ["timeout"]
     assert len(naps.read_text().splitlines()) == 2
+    assert max(kept[1][0]) == 29
+    assert kept[1][0][29].status is Status.TIMEOUT
     # And every item is counted once, in a keep or in the result, the hang as
     # `timeout`; its output line says so, the others say what grade() says
     summaries = [summary for _v, summary in kept] + [meta["graded"]]
