@@ -64,6 +64,7 @@ __all__ = [
     "UNIT_MAX_BYTES",
     "LineGrader",
     "LineUnitResult",
+    "fleet_unit_lines",
     "fleet_unit_payload",
     "fleet_unit_result",
     "grade_line_unit",
@@ -221,6 +222,22 @@ def read_fleet_unit(payload: bytes) -> tuple[list[InputRow], list[list[Any]]] | 
     """The rows and malformed lines ([line number, reason]) of a
     `fleet_unit_payload`, read as item mode reads them; None when it is not one
     (or is one that does not add up)."""
+    split = _fleet_unit_split(payload)
+    if split is None:
+        return None
+    meta, body = split
+    return _unit_rows(meta, body)
+
+
+def fleet_unit_lines(payload: bytes) -> int | None:
+    """The number of lines of a `fleet_unit_payload` (its head read, not its
+    lines); None when it is not one (or is one that does not add up)."""
+    split = _fleet_unit_split(payload)
+    return None if split is None else len(split[0]["numbers"])
+
+
+def _fleet_unit_split(payload: bytes) -> tuple[Any, bytes] | None:
+    """A `fleet_unit_payload`'s JSON and its lines, None when they do not fit."""
     if not payload.startswith(FLEET_UNIT_HEAD):
         return None
     head_end = payload.find(b"\n", len(FLEET_UNIT_HEAD))
@@ -233,7 +250,7 @@ def read_fleet_unit(payload: bytes) -> tuple[list[InputRow], list[list[Any]]] | 
     body = payload[head_end + 1 :]
     if not _fits(meta, len(body)):
         return None
-    return _unit_rows(meta, body)
+    return meta, body
 
 
 def _fits(meta: Any, body_bytes: int) -> bool:

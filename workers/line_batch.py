@@ -36,13 +36,17 @@ import collections
 import dataclasses
 import hashlib
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from producer.batching import InputRow, alternative_items, choose_alternatives
-from producer.lines import FLEET_UNIT_HEAD, read_fleet_unit, render_unit
+from producer.lines import (
+    FLEET_UNIT_HEAD,
+    fleet_unit_lines,
+    read_fleet_unit,
+    render_unit,
+)
 from workers.contract import WireBatchRequest, WireItem, batch_from_wire, pairs_error
 from workers.local import Unit, UnitGrading
 from workers.models import GradeOptions, Verdict
@@ -91,8 +95,11 @@ def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
 
     `unit` holds the task's options. Items are graded in growing chunks, as a
     batch's are; once `SAVE_AFTER_S` of grading is unkept, the verdicts so far are
-    kept (with their summary, for the task to save and count). The grading at
-    stake counts the time a culprit cost the process lost on it: a unit sent
+    kept (with their summary, for the task to save and count). Grading is counted
+    in the items' own seconds, not the unit's wall time: on a busy machine that
+    passes 0.25 s while a unit of usual rollouts spent a fraction of it grading,
+    and a keep costs the task's process a verdict decoded, encoded and stored per
+    rollout. A culprit counts the time it cost the process lost on it: a unit sent
     again after a hang keeps the hang's verdict with its chunk, so a lost task
     does not wait out that deadline again.
     """
@@ -108,11 +115,9 @@ def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
     verdicts: list[Verdict] = []
     unkept: dict[int, Verdict] = {}
     counted = 0  # of grade.graded: those summed up in a keep
-    graded_s, summed = 0.0, 0  # seconds of those graded since, and how many
+    unkept_s, summed = 0.0, 0  # seconds of those graded since, and how many
     start, size = 0, FIRST_CHUNK_ITEMS
-    kept_at = time.monotonic()
     while start < len(pairs):
-        chunk_started = time.monotonic()
         end = min(start + size, len(pairs))
         # An earlier attempt's culprit ends its chunk: kept with it (its deadline
         # is at stake), so with several hangs in one chunk each attempt keeps one
@@ -122,14 +127,14 @@ def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
             unkept[len(verdicts)] = verdict
             verdicts.append(verdict)
         start = end
-        now = time.monotonic()
         graded = grade.graded
-        graded_s += sum(seconds for _v, seconds in graded[summed:])
+        chunk_s = sum(seconds for _v, seconds in graded[summed:])
         summed = len(graded)
-        if start < len(pairs) and max(now - kept_at, graded_s) >= SAVE_AFTER_S:
+        unkept_s += chunk_s
+        if start < len(pairs) and unkept_s >= SAVE_AFTER_S:
             grade.keep(unkept, graded_summary(graded[counted:]))
-            unkept, counted, kept_at, graded_s = {}, len(graded), now, 0.0
-        size = next_chunk_items(size, now - chunk_started)
+            unkept, counted, unkept_s = {}, len(graded), 0.0
+        size = next_chunk_items(size, chunk_s)
     chosen = choose_alternatives(len(rows), owners, verdicts)
     lines, out = render_unit(rows, errors, chosen)
     result = {
@@ -159,12 +164,8 @@ class LineUnit:
     payload: bytes
     items_digest: str
     keyring: Keyring | None
-
-    @property
-    def lines(self) -> int:
-        """About its lines (fewer than its rollouts, which are not counted here):
-        newlines past the two of the payload's head."""
-        return max(1, self.payload.count(b"\n") - 2)
+    # Its lines, from its head (at least 1): its rollouts are not counted here.
+    lines: int
 
     def result(
         self, lines: Mapping[str, Any], out: bytes | None
@@ -237,4 +238,5 @@ def line_unit_task(
     """
     attached = {k: v for k, v in wire.items() if k != "items_key"}
     head = batch_from_wire({**attached, "items": []}, allow_empty=True)
-    return LineUnit(head, payload, items_digest, keyring)
+    lines = max(1, fleet_unit_lines(payload) or 0)
+    return LineUnit(head, payload, items_digest, keyring, lines)

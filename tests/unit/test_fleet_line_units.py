@@ -23,6 +23,7 @@ from producer.fields import FieldSpec
 from producer.lines import (
     UNIT_MAX_BYTES,
     LineGrader,
+    fleet_unit_lines,
     fleet_unit_payload,
     fleet_unit_result,
     grade_line_unit,
@@ -113,6 +114,11 @@ def test_fleet_unit_payload_reads_back_the_rows_and_errors_item_mode_reads() -> 
 )
 def test_fleet_unit_that_does_not_add_up_is_not_read(tamper: Any) -> None:
     assert read_fleet_unit(tamper(_payload())) is None
+    assert fleet_unit_lines(tamper(_payload())) is None
+
+
+def test_fleet_unit_lines_are_counted_from_its_head() -> None:
+    assert fleet_unit_lines(_payload()) == len(LINES) == 5
 
 
 def test_items_payload_is_not_a_line_unit() -> None:
