@@ -7,6 +7,7 @@ Entry points call `prepare_multiprocess_dir()` first, before any metric exists, 
 
 from __future__ import annotations
 
+import bisect
 import collections
 import os
 import socket
@@ -61,6 +62,7 @@ __all__ = [
     "mark_process_dead",
     "metrics_registry",
     "metrics_wsgi_app",
+    "observe_all",
     "prepare_multiprocess_dir",
     "read_queue_depths",
     "reap_dead_processes",
@@ -100,6 +102,37 @@ def _sympy_version() -> str:
         return metadata.version("sympy")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def observe_all(histogram: Histogram, values: Iterable[float]) -> None:
+    """`histogram.observe` of each value, its sum and each bucket moved once.
+
+    Each move is a locked write (to the multiprocess files with a metrics port:
+    3 us an observation, against 1 us in process), and a worker process observes
+    every rollout's grading time. prometheus_client has no bulk observe, so this
+    reads the bounds and moves the values `Histogram.observe` moves, by their
+    private names (`_upper_bounds`, `_buckets`, `_sum`: a test compares the
+    exposition with `observe`'s); where they are missing it observes one value
+    at a time.
+    """
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None:
+        for value in values:
+            histogram.observe(value)
+        return
+    counts = [0] * len(bounds)
+    summed = 0.0
+    for value in values:
+        counts[bisect.bisect_left(bounds, value)] += 1  # the first bound >= it
+        summed += value
+    if not any(counts):
+        return
+    total.inc(summed)
+    for bucket, count in zip(buckets, counts, strict=True):
+        if count:
+            bucket.inc(count)
 
 
 class WorkerMetrics:
@@ -250,9 +283,7 @@ class WorkerMetrics:
             self._graded[status].inc(count)
         if format_invalid:
             self._format_invalid.inc(format_invalid)
-        observe = self._grade_duration.observe
-        for duration_s in durations_s:
-            observe(max(duration_s, 0.0))
+        observe_all(self._grade_duration, (max(s, 0.0) for s in durations_s))
 
     def cache_lookup(self, *, hits: int, misses: int) -> None:
         """Count one batch's cache lookups."""

@@ -243,3 +243,32 @@ def test_metrics_queue_depth_counts_priority_lists_and_unacked():
     depths = read_queue_depths(_FakeRedis(data), ["gradefleet", "other"])
     # unacked: HLEN of the one hash (all queues), its entries never read
     assert depths == QueueDepths(ready={"gradefleet": 4, "other": 0}, unacked=3)
+
+
+def test_observe_all_exposes_what_observing_one_at_a_time_does() -> None:
+    # Given two histograms alike, and values on, between and past their bounds
+    from prometheus_client import Histogram
+
+    from workers.metrics import ITEM_BUCKETS_S, observe_all
+
+    values = [0.0, *ITEM_BUCKETS_S, 0.0007, 0.3, 12.5, 1e9, 0.05, 0.05]
+    one, bulk = CollectorRegistry(), CollectorRegistry()
+    by_one = Histogram("h_seconds", "h", buckets=ITEM_BUCKETS_S, registry=one)
+    by_bulk = Histogram("h_seconds", "h", buckets=ITEM_BUCKETS_S, registry=bulk)
+    # When one observes each value and the other all of them at once
+    for value in values:
+        by_one.observe(value)
+    observe_all(by_bulk, values)
+    observe_all(by_bulk, [])  # nothing observed: nothing moves
+
+    # Then both expose the same buckets, count and sum
+    def samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        return [
+            (s.name, s.labels, s.value)
+            for metric in registry.collect()
+            for s in metric.samples
+            if not s.name.endswith("_created")
+        ]
+
+    assert samples(bulk) == samples(one)
+    assert ("h_seconds_count", {}, float(len(values))) in samples(bulk)
