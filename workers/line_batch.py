@@ -87,6 +87,35 @@ def graded_summary(graded: Sequence[tuple[Verdict, float]]) -> GradedSummary:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _ReadUnit:
+    """A unit's lines read as item mode reads them: its rows and malformed lines,
+    and its rollouts (a row per acceptable gold, `alternative_items`) in the
+    order they are graded and numbered."""
+
+    rows: list[InputRow]
+    errors: list[list[Any]]
+    pairs: list[tuple[str, str]]
+    owners: list[int]
+
+    def render(self, verdicts: Sequence[Verdict]) -> tuple[dict[str, Any], bytes]:
+        """Its result meta and output lines from its rollouts' verdicts."""
+        chosen = choose_alternatives(len(self.rows), self.owners, verdicts)
+        return render_unit(self.rows, self.errors, chosen)
+
+
+def _read_unit(payload: bytes) -> _ReadUnit | str:
+    """The unit `payload` read, or why it is unfit for a batch."""
+    read = read_fleet_unit(payload)
+    if read is None:
+        return _UNFIT_SHAPE
+    rows, errors = read
+    items, owners = alternative_items(rows)
+    pairs = [(row.response, row.gold) for row in items]
+    unfit = pairs_error(pairs)
+    return unfit if unfit is not None else _ReadUnit(rows, errors, pairs, owners)
+
+
 def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
     """Run in a task's grading process (a `LocalPool` worker): a unit's result
     meta ("lines": totals and malformed lines; "rollouts"; "graded": the
@@ -103,14 +132,10 @@ def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
     again after a hang keeps the hang's verdict with its chunk, so a lost task
     does not wait out that deadline again.
     """
-    read = read_fleet_unit(payload)
-    if read is None:
-        return {"unfit": _UNFIT_SHAPE}, b""
-    rows, errors = read
-    items, owners = alternative_items(rows)
-    pairs = [(row.response, row.gold) for row in items]
-    if (unfit := pairs_error(pairs)) is not None:
-        return {"unfit": unfit}, b""
+    read = _read_unit(payload)
+    if isinstance(read, str):
+        return {"unfit": read}, b""
+    pairs = read.pairs
     options = GradeOptions.from_dict(unit["options"])
     verdicts: list[Verdict] = []
     unkept: dict[int, Verdict] = {}
@@ -135,8 +160,7 @@ def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
             grade.keep(unkept, graded_summary(graded[counted:]))
             unkept, counted, unkept_s = {}, len(graded), 0.0
         size = next_chunk_items(size, chunk_s)
-    chosen = choose_alternatives(len(rows), owners, verdicts)
-    lines, out = render_unit(rows, errors, chosen)
+    lines, out = read.render(verdicts)
     result = {
         "lines": lines,
         "rollouts": len(pairs),
@@ -193,35 +217,16 @@ class LineUnit:
     def batch(self) -> LineBatch:
         """The unit read here, as a batch of its rollouts (item indexes: their
         order in `grade_fleet_unit`)."""
-        rows: list[InputRow] = []
-        errors: list[list[Any]] = []
-        owners: list[int] = []
-        unfit: str | None = None
-        request = self.head
-        read = read_fleet_unit(self.payload)
-        if read is None:
-            unfit = _UNFIT_SHAPE
-        else:
-            rows, errors = read
-            items, owners = alternative_items(rows)
-            unfit = pairs_error([(row.response, row.gold) for row in items])
-            if unfit is None:
-                wire_items = tuple(
-                    WireItem(index=index, response=row.response, gold=row.gold)
-                    for index, row in enumerate(items)
-                )
-                request = dataclasses.replace(request, items=wire_items)
-
-        def render(
-            verdicts: list[Verdict],
-        ) -> tuple[str, tuple[str, bytes] | None]:
-            if unfit is not None:
-                return self.result({"unfit": unfit}, None)
-            chosen = choose_alternatives(len(rows), owners, verdicts)
-            lines, out = render_unit(rows, errors, chosen)
-            return self.result(lines, out)
-
-        return LineBatch(request, render)
+        read = _read_unit(self.payload)
+        if isinstance(read, str):  # no rollouts: the result says why
+            unfit = read
+            return LineBatch(self.head, lambda _v: self.result({"unfit": unfit}, None))
+        wire_items = tuple(
+            WireItem(index=index, response=response, gold=gold)
+            for index, (response, gold) in enumerate(read.pairs)
+        )
+        request = dataclasses.replace(self.head, items=wire_items)
+        return LineBatch(request, lambda verdicts: self.result(*read.render(verdicts)))
 
 
 def line_unit_task(
