@@ -48,7 +48,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from workers import verifier
-from workers.batch import BatchGrader, GradeItem
+from workers.batch import BatchGrader, GradeItem, NullObserver
 from workers.cache import SqliteResultCache
 from workers.childproc import (
     fork_child,
@@ -244,7 +244,7 @@ def _kept_sender(from_fd: int, batch_id: int) -> Callable[[dict[str, Any], Any],
     return send
 
 
-class _Collector:
+class _Collector(NullObserver):
     """The unit grader's observer: (verdict, seconds) of each item it graded."""
 
     def __init__(self) -> None:
@@ -252,12 +252,6 @@ class _Collector:
 
     def item_graded(self, verdict: Verdict, duration_s: float) -> None:
         self.graded.append((verdict, duration_s))
-
-    def cache_lookup(self, *, hits: int, misses: int) -> None:
-        pass
-
-    def sandbox_restarted(self, reason: str) -> None:
-        pass
 
 
 def _store_unit(exact: ExactLayer, key: str, stored: Callable[[], Any] | None) -> None:
