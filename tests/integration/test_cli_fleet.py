@@ -21,11 +21,16 @@ from producer.fields import FieldSpec
 from producer.lines import fleet_unit_payload, line_unit
 from tests.helpers import free_port, mixed_lines
 from tests.hooks import HANG
-from tests.integration.faults import counter_total, metered_worker, publish_batch
+from tests.integration.faults import (
+    counter_total,
+    metered_worker,
+    publish_batch,
+    save_first_verdict,
+)
 from workers import verifier
 from workers.metrics import ProducerMetrics
-from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
-from workers.protocol import attempts_key, partial_key, read_task_meta, task_meta_key
+from workers.models import GradeOptions
+from workers.protocol import partial_key, read_task_meta, task_meta_key
 
 pytestmark = pytest.mark.integration
 
@@ -429,16 +434,7 @@ def test_fleet_redelivered_line_unit_answers_saved_verdicts_ungraded(
     workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S)
     admin = redis.Redis.from_url(redis_server)
     batch_id = f"unit-{uuid.uuid4().hex}.0"
-    saved = Verdict(
-        correct=True,
-        status=Status.CORRECT,
-        format_valid=True,
-        extracted="3",
-        extraction_method=ExtractionMethod.BOXED,
-        reason="saved by an earlier delivery",
-    )
-    admin.hset(partial_key(batch_id), "0", json.dumps(saved.to_dict()))
-    admin.set(attempts_key(batch_id), 1)
+    saved = save_first_verdict(admin, batch_id)
     lines = [_unit_line(1, "\\boxed{7}", "3"), _unit_line(2, "\\boxed{4}", "5")]
     # When it is delivered again
     publish_batch(redis_server, batch_id, [(0, "", "")], unit=_unit(lines))

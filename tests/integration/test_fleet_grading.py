@@ -18,10 +18,11 @@ from producer.grader import open_grader
 from producer.settings import ProducerSettings
 from tests.helpers import hostile_grade, real_rollouts
 from tests.hooks import ABORT, HANG, OOM, hooked_grade
+from tests.integration.faults import save_first_verdict
 from workers import verifier
 from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire
 from workers.local import LocalPool
-from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.models import GradeOptions, Status, Verdict
 from workers.protocol import (
     attempts_key,
     job_done_key,
@@ -352,16 +353,7 @@ def test_fleet_and_local_pool_give_the_same_poison_verdict(
 def test_fleet_redelivered_batch_reuses_saved_verdicts(fleet, fleet_redis, wait_until):
     # Given a batch whose item 0 was graded (and saved) by a delivery that died
     batch_id = f"partial-{uuid.uuid4().hex}"
-    saved = Verdict(
-        correct=True,
-        status=Status.CORRECT,
-        format_valid=True,
-        extracted="3",
-        extraction_method=ExtractionMethod.BOXED,
-        reason="saved by an earlier delivery",
-    )
-    fleet_redis.hset(partial_key(batch_id), "0", json.dumps(saved.to_dict()))
-    fleet_redis.set(attempts_key(batch_id), 1)
+    saved = save_first_verdict(fleet_redis, batch_id)
     # When it is delivered again
     _send_wire(fleet.redis_url, _wire(batch_id))
     pairs = results_from_wire(_task_result(fleet_redis, batch_id, wait_until)["result"])
