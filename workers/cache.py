@@ -255,6 +255,11 @@ class SqliteResultCache:
         self._conn: sqlite3.Connection | None = None
         self._conn_pid = -1
 
+    @property
+    def pending_rows(self) -> int:
+        """Rows set but not yet written (`write_behind_rows`)."""
+        return len(self._pending)
+
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
         for key, raw in self.get_values(keys).items():
@@ -366,6 +371,16 @@ class SqliteResultCache:
         (free,) = conn.execute("PRAGMA freelist_count").fetchone()
         (size,) = conn.execute("PRAGMA page_size").fetchone()
         return int((pages - free) * size)
+
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log into the database file now, as far as no other
+        connection is in the way (PASSIVE: never waits). The last connection to
+        close does it otherwise, with the database's fsync, while its process's
+        parent waits for it to exit (issue 11: 12 ms of a 2.5 s run's tail)."""
+        if self._conn is None or self._conn_pid != os.getpid():
+            return  # nothing written by this process
+        with self._errors("checkpoint"):
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def close(self) -> None:
         """Write what is pending, then close (a failed write is logged: it only

@@ -202,3 +202,21 @@ def test_sqlite_cache_is_bounded_by_bytes_when_rows_are_big(tmp_path: Path) -> N
     assert used <= (2 << 20) * 0.9 + (2 << 20) // 8
     assert "unit-199" in keys
     assert len(keys) >= 20
+
+
+def test_cache_sqlite_checkpoint_moves_written_rows_into_the_database_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.sqlite3"
+    cache = SqliteResultCache(path)
+    cache.set_values({"first": "row"})
+    reader = sqlite3.connect(path)
+    assert reader.execute("SELECT count(*) FROM results").fetchall() == [(1,)]
+    marker = "checkpoint-marker-" * 20
+    cache.set_values({"k": marker})
+    assert marker.encode() not in path.read_bytes()  # in the write-ahead log
+    cache.checkpoint()
+    assert marker.encode() in path.read_bytes()
+    assert cache.get_values(["k"]) == {"k": marker}
+    cache.close()
+    reader.close()
