@@ -107,6 +107,12 @@ _WORKER_BATCHES = 2
 # worker's, or sending) instead of starting its next batch.
 _REQUEST_PIPE_BYTES = 1 << 20
 _REPLY_PIPE_BYTES = 1 << 20
+# A worker with cache rows written behind (`CACHE_WRITE_BEHIND_ROWS`) writes them
+# out once no batch has come for this long: with `_WORKER_BATCHES` queued, an empty
+# pipe means the caller's call has run out of work, and while it writes its output
+# and reads its next chunk this core is free. So the rows are written between the
+# CLI's chunks, not while the pool closes at the end of the run, the CLI waiting.
+_IDLE_FLUSH_S = 0.005
 # Deaths the item in the slot caused itself (an abort, a segfault); a SIGKILL or
 # SIGTERM from elsewhere (an operator, the OOM killer) says nothing about the item,
 # so its batch is run again instead.
@@ -207,6 +213,7 @@ def _worker_loop(
     collector = _Collector() if config.collect_graded else None
     unit_grader = BatchGrader(sandbox=inline, cache=None, observer=collector)
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
+    store_later: tuple[ExactLayer, str, Callable[[], Any] | None] | None = None
     try:
         while (frame := read_body_frame(to_fd)) is not None:
             message, body = frame
@@ -220,7 +227,7 @@ def _worker_loop(
                 result, body = config.unit_fn(message["unit"], body, grade)
                 stored = result.pop("store", None) if isinstance(result, dict) else None
                 if exact is not None and "key" in message and grade.final:
-                    _store_unit(exact, message["key"], stored)
+                    store_later = (exact, message["key"], stored)
                 reply: dict[str, Any] = {"unit": result}
             else:
                 items = [GradeItem(i, r, g) for i, r, g in message["items"]]
@@ -231,6 +238,14 @@ def _worker_loop(
             slot.idle()
             reply["batch"] = message["batch"]
             write_body_frame(from_fd, reply, body)
+            # Cache work after the reply: the parent has the result and the next
+            # batch sooner, and at the end of the caller's chunk, the rows are
+            # built and written while it writes its output instead of before.
+            if store_later is not None:
+                _store_unit(*store_later)
+                store_later = None
+            if cache is not None and cache.pending_rows and _idle(to_fd):
+                _flush(cache)
     finally:
         if cache is not None:
             cache.close()
@@ -252,6 +267,21 @@ class _Collector(NullObserver):
 
     def item_graded(self, verdict: Verdict, duration_s: float) -> None:
         self.graded.append((verdict, duration_s))
+
+
+def _idle(fd: int) -> bool:
+    """No batch has come on `fd` within `_IDLE_FLUSH_S`: the caller is between
+    calls (writing its output, reading its input) and this core is free."""
+    readable, _w, _x = select.select([fd], [], [], _IDLE_FLUSH_S)
+    return not readable
+
+
+def _flush(cache: SqliteResultCache) -> None:
+    try:
+        cache.flush()
+        cache.checkpoint()
+    except CacheError as exc:  # they are graded again next time
+        log.warning("cache flush failed: %s", exc)
 
 
 def _store_unit(exact: ExactLayer, key: str, stored: Callable[[], Any] | None) -> None:

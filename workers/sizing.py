@@ -74,9 +74,12 @@ LOCAL_BATCH_SIZE = 64
 # SQLite transaction (`SqliteResultCache`: 64-row commits cost 3-4x as much a row),
 # or this many bytes of them: a line-mode unit is one row of some 8 KB, so rows
 # alone held a whole 60,000-rollout run's until the pool closed, written while
-# nothing else ran (~65 ms of a 2.4 s run's tail) instead of along the way.
+# nothing else ran (~65 ms of a 2.4 s run's tail). A worker also writes its rows
+# once it is idle (`workers.local`: between the CLI's chunks), so the bytes bound
+# is above a 20,000-line chunk's share (~1.3 MB a worker of 2): rows are written
+# between chunks, not while the next unit waits.
 CACHE_WRITE_BEHIND_ROWS = 2_048
-CACHE_WRITE_BEHIND_BYTES = 1 << 20
+CACHE_WRITE_BEHIND_BYTES = 4 << 20
 
 
 # Rollouts per fleet task for the jobs a coalescing grader (`gradefleet serve`, the

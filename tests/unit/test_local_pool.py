@@ -18,7 +18,9 @@ from tests.helpers import (
 )
 from workers import verifier
 from workers.batch import GradeItem
+from workers.cache import SqliteResultCache
 from workers.errors import SandboxError
+from workers.exact_cache import ExactLayer
 from workers.local import LocalPool
 from workers.models import GradeOptions, Status
 
@@ -86,6 +88,29 @@ def test_local_pool_identical_with_cache_cold_and_warm(tmp_path: Path) -> None:
     assert [v.replace(cached=False) for v in warm] == uncached
     assert not any(v.cached for v in uncached)
     assert sum(v.cached for v in warm) > 0
+
+
+def test_local_pool_workers_write_their_cache_rows_once_idle(tmp_path: Path) -> None:
+    # Given a pool whose workers hold their rows back (300 items: far under the
+    # write-behind bounds), and a call that has returned
+    items = real_rollouts()[:300]
+    path = tmp_path / "cache.db"
+    with make_pool(cache_path=path, grade_fn=None) as pool:
+        graded = pool.grade(items, OPTIONS)
+        # When nothing more comes for the workers, the rows are in the file while
+        # the pool still runs (not only once it closes)
+        reader = ExactLayer(SqliteResultCache(path), verifier.GRADER_VERSION)
+        pairs = [(item.response, item.gold) for item in items]
+        found = 0
+        for _attempt in range(100):  # 5 s at most
+            found = sum(v is not None for v in reader.lookup(pairs, OPTIONS))
+            if found == len(items):
+                break
+            time.sleep(0.05)
+        reader._cache.close()  # type: ignore[attr-defined]
+    # Then every verdict is there, as graded
+    assert found == len(items)
+    assert len(graded) == len(items)
 
 
 def test_local_pool_reruns_the_batch_of_a_dead_worker(tmp_path: Path) -> None:
