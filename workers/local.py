@@ -93,6 +93,9 @@ __all__ = ["GradePairs", "LocalPool", "Unit", "UnitFn", "UnitGrading"]
 log = logging.getLogger(__name__)
 
 _STOP_GRACE_S = 5.0
+# How often a stopping worker is looked for: the pool's close waits for its
+# workers' exits (their cache rows written), and the CLI for the close.
+_STOP_POLL_S = 0.001
 # How often the parent looks at its workers' progress slots and RSS while it waits
 # for answers (answers wake it sooner): the granularity of the deadline and the cap.
 _WATCH_S = 0.01
@@ -445,7 +448,7 @@ def _stop_worker(worker: _Worker, *, graceful: bool) -> int:
     deadline = time.monotonic() + (_STOP_GRACE_S if graceful else 0.0)
     status = _reaped(worker.pid)
     while status is None and time.monotonic() < deadline:
-        time.sleep(0.005)
+        time.sleep(_STOP_POLL_S)
         status = _reaped(worker.pid)
     if status is None:
         with contextlib.suppress(ProcessLookupError):
@@ -862,8 +865,11 @@ class LocalPool:
             self._on_restart(reason)
 
     def _stop_all(self, *, graceful: bool) -> None:
-        workers, self._workers = list(self._workers.values()), {}
-        for worker in workers + self._leaving:
+        workers, self._workers = list(self._workers.values()) + self._leaving, {}
+        if graceful:  # all at once: they write out their cache rows side by side
+            for worker in workers:
+                _send_eof(worker)
+        for worker in workers:
             _stop_worker(worker, graceful=graceful)
         self._leaving = []
 
