@@ -297,7 +297,7 @@ class _EmbeddedGrader(GraderBase):
         if self._exact is None:
             return None
         assert self._cache is not None
-        keys = [self._exact.unit_key(unit, body) for unit, body in units]
+        keys = self._exact.unit_keys(units)
         try:
             stored = self._exact.lookup_units(keys)
         except CacheError as exc:  # the pool grades them all, as without a cache

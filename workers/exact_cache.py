@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -42,6 +43,9 @@ __all__ = ["ExactLayer", "exact_keyer", "stored_unit"]
 _EXACT_HEAD = b"gradefleet exact v1\x00"
 _UNIT_HEAD = b"gradefleet unit v1\x00"
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+# Units from which `ExactLayer.unit_keys` hashes in two threads (for fewer, starting
+# the thread costs about what it saves).
+_THREADED_UNIT_KEYS = 16
 
 
 def exact_keyer(
@@ -168,6 +172,22 @@ class ExactLayer:
         digest.update(orjson.dumps(unit, option=orjson.OPT_SORT_KEYS) + b"\x00")
         digest.update(body)
         return digest.hexdigest()
+
+    def unit_keys(self, units: Sequence[tuple[Any, bytes]]) -> list[str]:
+        """`unit_key` of each (unit, body), half of them hashed in a second thread:
+        sha256 lets go of the GIL on a unit's bytes, and the CLI hashes a chunk's
+        units while the pool's cores wait for them (issue 11: 8.8 -> 5.5 ms for a
+        20,000-line chunk's 313 units; the whole file's 31 ms was a cold run's
+        largest cost of the cache)."""
+        def keys_of(some: Sequence[tuple[Any, bytes]]) -> list[str]:
+            return [self.unit_key(unit, body) for unit, body in some]
+
+        if len(units) < _THREADED_UNIT_KEYS:
+            return keys_of(units)
+        half = len(units) // 2
+        with ThreadPoolExecutor(1) as helper:  # joined here: no thread at a fork
+            second = helper.submit(keys_of, units[half:])
+            return keys_of(units[:half]) + second.result()
 
     def lookup_units(self, keys: Sequence[str]) -> dict[str, str]:
         """The stored text of each unit key found, undecoded (`stored_unit` reads

@@ -29,6 +29,15 @@ def test_exact_keys_separate_texts_options_and_versions() -> None:
     assert key_of("ab", "c") == exact_keyer("v1", GradeOptions())("ab", "c")
 
 
+def test_unit_keys_hashed_in_two_threads_keep_their_order() -> None:
+    layer = ExactLayer(None, "v1")  # type: ignore[arg-type]  # keys need no cache
+    units = [({"numbers": [n]}, b"%d\n" % n * 3000) for n in range(41)]
+    keys = layer.unit_keys(units)
+    assert keys == [layer.unit_key(unit, body) for unit, body in units]
+    assert len(set(keys)) == 41
+    assert layer.unit_keys(units[:3]) == keys[:3]
+
+
 def test_exact_layer_round_trip_keeps_every_field(tmp_path: Path) -> None:
     cache = SqliteResultCache(tmp_path / "c.sqlite3")
     layer = ExactLayer(cache, verifier.GRADER_VERSION)
