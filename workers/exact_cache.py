@@ -179,6 +179,7 @@ class ExactLayer:
         units while the pool's cores wait for them (issue 11: 8.8 -> 5.5 ms for a
         20,000-line chunk's 313 units; the whole file's 31 ms was a cold run's
         largest cost of the cache)."""
+
         def keys_of(some: Sequence[tuple[Any, bytes]]) -> list[str]:
             return [self.unit_key(unit, body) for unit, body in some]
 
