@@ -110,12 +110,16 @@ _WORKER_BATCHES = 2
 # worker's, or sending) instead of starting its next batch.
 _REQUEST_PIPE_BYTES = 1 << 20
 _REPLY_PIPE_BYTES = 1 << 20
-# A worker with cache rows written behind (`CACHE_WRITE_BEHIND_ROWS`) writes them
-# out once no batch has come for this long: with `_WORKER_BATCHES` queued, an empty
-# pipe means the caller's call has run out of work, and while it writes its output
-# and reads its next chunk this core is free. So the rows are written between the
-# CLI's chunks, not while the pool closes at the end of the run, the CLI waiting.
+# A worker does its cache work (`_HeldRows`) once no batch has come for this long:
+# with `_WORKER_BATCHES` queued, an empty pipe means the caller's call has run out
+# of work, and while it writes its output and reads its next chunk this core is
+# free. So the rows are built and written between the CLI's chunks, not between
+# units nor while the pool closes at the end of the run, the CLI waiting.
 _IDLE_FLUSH_S = 0.005
+# Graded units whose cache rows a worker holds at most before building them (a
+# 20,000-line chunk is ~160 units a worker of 2); each holds its rows' verdict
+# values, a few KB.
+_HELD_UNITS = 256
 # Deaths the item in the slot caused itself (an abort, a segfault); a SIGKILL or
 # SIGTERM from elsewhere (an operator, the OOM killer) says nothing about the item,
 # so its batch is run again instead.
@@ -216,7 +220,7 @@ def _worker_loop(
     collector = _Collector() if config.collect_graded else None
     unit_grader = BatchGrader(sandbox=inline, cache=None, observer=collector)
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
-    store_later: tuple[ExactLayer, str, Callable[[], Any] | None] | None = None
+    held = None if cache is None else _HeldRows(cache, exact)
     try:
         while (frame := read_body_frame(to_fd)) is not None:
             message, body = frame
@@ -229,8 +233,8 @@ def _worker_loop(
                 )
                 result, body = config.unit_fn(message["unit"], body, grade)
                 stored = result.pop("store", None) if isinstance(result, dict) else None
-                if exact is not None and "key" in message and grade.final:
-                    store_later = (exact, message["key"], stored)
+                if held is not None and "key" in message and grade.final:
+                    held.hold(message["key"], stored)
                 reply: dict[str, Any] = {"unit": result}
             else:
                 items = [GradeItem(i, r, g) for i, r, g in message["items"]]
@@ -241,15 +245,11 @@ def _worker_loop(
             slot.idle()
             reply["batch"] = message["batch"]
             write_body_frame(from_fd, reply, body)
-            # Cache work after the reply: the parent has the result and the next
-            # batch sooner, and at the end of the caller's chunk, the rows are
-            # built and written while it writes its output instead of before.
-            if store_later is not None:
-                _store_unit(*store_later)
-                store_later = None
-            if cache is not None and cache.pending_rows and _idle(to_fd):
-                _flush(cache)
+            if held is not None and held.waiting and _idle(to_fd):
+                held.write()
     finally:
+        if held is not None:
+            held.write(flush=False)
         if cache is not None:
             cache.close()
 
@@ -272,6 +272,48 @@ class _Collector(NullObserver):
         self.graded.append((verdict, duration_s))
 
 
+class _HeldRows:
+    """A worker's cache work, done once it is idle (`_idle`: between the caller's
+    calls, e.g. while the CLI writes a chunk's output and reads the next), not
+    between a unit's reply and the next unit: the rows of the units it graded
+    (built then, from what each unit offered to store) and the rows written
+    behind (`SqliteResultCache.flush`, then a checkpoint). Issue 11: built and
+    stored as each unit was answered, they were 2-3% of a cold run's CPU on
+    the pool's critical path, and the last rows were written while the pool
+    closed, the CLI waiting."""
+
+    def __init__(self, cache: SqliteResultCache, exact: ExactLayer | None) -> None:
+        self._cache = cache
+        self._exact = exact
+        self._units: list[tuple[str, Callable[[], Any]]] = []
+
+    def hold(self, key: str, stored: Callable[[], Any] | None) -> None:
+        """Keep a graded unit's row for later (`run_units`'s "store")."""
+        if self._exact is None or stored is None:
+            return
+        self._units.append((key, stored))
+        if len(self._units) >= _HELD_UNITS:  # a caller that is never idle
+            self.write(flush=False)
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self._units) or self._cache.pending_rows > 0
+
+    def write(self, *, flush: bool = True) -> None:
+        """Store the held units' rows; with `flush`, write out everything held
+        back (logged on failure: those rollouts are graded again next time)."""
+        units, self._units = self._units, []
+        for key, stored in units:
+            assert self._exact is not None
+            _store_unit(self._exact, key, stored)
+        if flush:
+            try:
+                self._cache.flush()
+                self._cache.checkpoint()
+            except CacheError as exc:
+                log.warning("cache flush failed: %s", exc)
+
+
 def _idle(fd: int) -> bool:
     """No batch has come on `fd` within `_IDLE_FLUSH_S`: the caller is between
     calls (writing its output, reading its input) and this core is free."""
@@ -279,18 +321,8 @@ def _idle(fd: int) -> bool:
     return not readable
 
 
-def _flush(cache: SqliteResultCache) -> None:
-    try:
-        cache.flush()
-        cache.checkpoint()
-    except CacheError as exc:  # they are graded again next time
-        log.warning("cache flush failed: %s", exc)
-
-
-def _store_unit(exact: ExactLayer, key: str, stored: Callable[[], Any] | None) -> None:
+def _store_unit(exact: ExactLayer, key: str, stored: Callable[[], Any]) -> None:
     """Keep what a unit's result offered to store (see `run_units`)."""
-    if stored is None:
-        return
     try:
         exact.store_unit(key, stored())
     except CacheError as exc:  # it is graded again next time

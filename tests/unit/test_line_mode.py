@@ -36,6 +36,9 @@ from tests.helpers import (
     mixed_lines,
     real_rollouts,
 )
+from workers import verifier
+from workers.cache import SqliteResultCache
+from workers.exact_cache import ExactLayer
 from workers.local import GradePairs, LocalPool
 from workers.models import GradeOptions, Status
 
@@ -334,6 +337,39 @@ def test_line_mode_cache_does_not_keep_a_unit_with_a_transient_verdict(
         assert graded[4]["status"] == "timeout"
         assert not any(r["cached"] for r in graded)
         assert all(r["correct"] for i, r in enumerate(graded) if i != 4)
+
+
+def test_line_mode_units_rows_are_in_the_cache_once_the_pool_idles(
+    tmp_path: Path,
+) -> None:
+    # Given units graded with their keys on a pool with the cache on (rows held
+    # back: 12 units are far under the write-behind bounds)
+    path = tmp_path / "c.db"
+    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i % 4)} for i in range(60)]
+    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
+    units = [line_unit(lines[i : i + 5], FieldSpec(), OPTIONS) for i in range(0, 60, 5)]
+    layer = ExactLayer(SqliteResultCache(path), verifier.GRADER_VERSION)
+    keys = layer.unit_keys(units)
+    layer._cache.close()  # type: ignore[attr-defined]  # not open across the fork
+    with _pool(cache_path=path) as pool:
+        results = pool.run_units(units, [5] * 12, keys=keys)
+        # When the call has returned and no other comes, the rows are written
+        # while the pool still runs, not only when it closes
+        found: dict[str, str] = {}
+        for _attempt in range(100):  # 5 s at most
+            found = layer.lookup_units(keys)
+            if len(found) == len(keys):
+                break
+            time.sleep(0.05)
+        layer._cache.close()  # type: ignore[attr-defined]
+    # Then each unit's rows are there, as its output shows them
+    assert len(found) == len(keys)
+    for key, result in zip(keys, results, strict=True):
+        assert result is not None
+        shown = [json.loads(line)["status"] for line in result[1].splitlines()]
+        kept = json.loads(found[key])["unit"]["rows"]
+        status_at = json.loads(found[key])["unit"]["fields"].index("status")
+        assert [row[status_at] for row in kept] == shown
 
 
 _REGRADE = """
