@@ -4,6 +4,7 @@
     python tests/bench/bench_overhead.py --rollouts 20000 --rounds 1 --no-fleet
     python tests/bench/bench_overhead.py --profile        # + where each us goes
     python tests/bench/bench_overhead.py --hostile        # + the 8,192-rollout step
+    python tests/bench/bench_overhead.py --no-table --no-fleet --cache-ab 20
 
 Every figure is a ratio to the plain loop measured in the same round (this machine is
 shared and its speed drifts): `json.loads` -> `grade()` -> `to_dict` -> `json.dumps` on
@@ -245,6 +246,32 @@ def table(work: Path, n: int, rounds: int, fleet: Fleet | None) -> None:
         f"\ncache on, cold / cache off throughput: "
         f"{statistics.median(cold_vs_off):.2f} (target >= 1.0); "
         f"re-grade / cold: {statistics.median(hit_vs_cold):.2f} (target >= 3)"
+    )
+
+
+def cache_ab(work: Path, n: int, rounds: int) -> None:
+    """Cache on (cold) against off, run side by side in pairs (order alternating):
+    the table's rounds put other runs between the two, and this machine's speed
+    drifts by 10-20% from run to run, more than the difference asked about."""
+    src = work / "in-ab.jsonl"
+    write_input(src, n)
+    out, cache_dir = work / "out-ab.jsonl", work / "cache-ab"
+    modes = {"off": ["--no-cache"], "cold": ["--cache-dir", str(cache_dir)]}
+    walls: dict[str, list[float]] = {"off": [], "cold": []}
+    cpus: dict[str, list[float]] = {"off": [], "cold": []}
+    for round_no in range(rounds):
+        for mode in ("off", "cold") if round_no % 2 == 0 else ("cold", "off"):
+            shutil.rmtree(cache_dir, ignore_errors=True)
+            before = _children_cpu_s()
+            walls[mode].append(cli_s(src, out, "--processes", "2", *modes[mode]))
+            cpus[mode].append(_children_cpu_s() - before)
+    speed = [o / c for o, c in zip(walls["off"], walls["cold"], strict=True)]
+    cpu = [c / o for o, c in zip(cpus["off"], cpus["cold"], strict=True)]
+    print(
+        f"\ncache on, cold / off, {rounds} side-by-side pairs of {n:,} rollouts: "
+        f"throughput median {statistics.median(speed):.3f} (mean "
+        f"{statistics.mean(speed):.3f}, pairs {min(speed):.2f}-{max(speed):.2f}); "
+        f"CPU cold / off median {statistics.median(cpu):.3f}"
     )
 
 
@@ -594,6 +621,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--hostile", action="store_true")
     parser.add_argument("--hostile-reps", type=int, default=3)
+    parser.add_argument(
+        "--cache-ab",
+        type=int,
+        default=0,
+        metavar="PAIRS",
+        help="also run cache on (cold) and off side by side, PAIRS times",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -607,6 +641,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     fleet_roles(work, args.rollouts, fleet)
             if args.hostile:
                 hostile_step(work, fleet, reps=args.hostile_reps)
+            if args.cache_ab:
+                cache_ab(work, args.rollouts, args.cache_ab)
         finally:
             if fleet is not None:
                 fleet.close()
