@@ -631,6 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        if args.cache_ab:  # first: the fleet's idle processes would be beside it
+            cache_ab(work, args.rollouts, args.cache_ab)
         fleet = None if args.no_fleet else Fleet(work)
         try:
             if not args.no_table:
@@ -641,8 +643,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     fleet_roles(work, args.rollouts, fleet)
             if args.hostile:
                 hostile_step(work, fleet, reps=args.hostile_reps)
-            if args.cache_ab:
-                cache_ab(work, args.rollouts, args.cache_ab)
         finally:
             if fleet is not None:
                 fleet.close()
