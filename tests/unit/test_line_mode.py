@@ -27,7 +27,12 @@ from producer.batching import (
 )
 from producer.cli import cli
 from producer.fields import FieldSpec
-from producer.lines import LineGrader, grade_line_unit, line_unit
+from producer.lines import (
+    LineGrader,
+    grade_line_unit,
+    line_unit,
+    replay_line_unit,
+)
 from producer.sweep import grade_file
 from tests.helpers import (
     hostile_grade,
@@ -370,6 +375,35 @@ def test_line_mode_units_rows_are_in_the_cache_once_the_pool_idles(
         kept = json.loads(found[key])["unit"]["rows"]
         status_at = json.loads(found[key])["unit"]["fields"].index("status")
         assert [row[status_at] for row in kept] == shown
+
+
+def test_line_mode_unit_kept_without_the_cached_field_is_graded_again() -> None:
+    # Given a unit graded once, and what the cache keeps of it, also as an older
+    # gradefleet kept it (no `cached` value in its rows)
+    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i % 3)} for i in range(6)]
+    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
+    unit, body = line_unit(lines, FieldSpec(), OPTIONS)
+
+    def grade(pairs: Any, options: GradeOptions) -> list[Any]:
+        return [verifier.grade(r, g, options=options) for r, g in pairs]
+
+    result, out = grade_line_unit(unit, body, grade)
+    kept = result["store"]()
+    at = kept["fields"].index("cached")
+    older = {
+        "fields": [f for f in kept["fields"] if f != "cached"],
+        "rows": [row[:at] + row[at + 1 :] for row in kept["rows"]],
+    }
+    # When each is replayed
+    replayed = replay_line_unit(unit, body, json.dumps({"unit": kept}))
+    stale = replay_line_unit(unit, body, json.dumps({"unit": older}))
+    # Then the kept one gives the graded lines with `cached` set, the older none
+    assert replayed is not None
+    again = [json.loads(line) for line in replayed[1].splitlines()]
+    graded = [json.loads(line) for line in out.splitlines()]
+    assert [{**r, "cached": False} for r in again] == graded
+    assert all(r["cached"] for r in again)
+    assert stale is None
 
 
 _REGRADE = """
