@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
+import orjson
+
 from workers.models import (
     ExtractionMethod,
     GradeOptions,
@@ -58,6 +60,17 @@ _FALLBACK_METHODS = frozenset(
 )
 _DEFAULT_OPTIONS = GradeOptions()
 _KEY_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
+def _key_text(parts: list[object]) -> str:
+    """The decision key: `parts` as compact JSON, by orjson (0.15 us against the
+    stdlib's 1.6, for every rollout prepared: issue 11), or by the stdlib, escaped,
+    for a lone surrogate, which orjson refuses. Each is valid JSON of its value, so
+    keys of different parts never meet; ASCII text gets the same key either way."""
+    try:
+        return orjson.dumps(parts).decode()
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate
+        return _KEY_ENCODER.encode(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,7 +147,7 @@ def _prepared(
         )
         gold_key = gold_parsed.canonical or f"raw:{gold_text}"
         fallback = method in _FALLBACK_METHODS
-        key = _KEY_ENCODER.encode([pred_key or f"raw:{answer}", gold_key, fallback])
+        key = _key_text([pred_key or f"raw:{answer}", gold_key, fallback])
     return Prepared(
         extracted=answer,
         extraction_method=method,

@@ -118,6 +118,24 @@ def test_grade_equal_keys_mean_equal_decisions() -> None:
     assert len(by_key) >= 4  # 1/2 forms share a key; 0.5 and 0.50 do not
 
 
+def test_grade_decision_key_is_json_of_its_parts_for_any_text() -> None:
+    # ASCII answers keep the key the stdlib wrote; other text gets a key of its own,
+    # lone surrogates included (orjson refuses them, the stdlib escapes them)
+    stdlib = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+    texts = ["\\boxed{7}", "\\boxed{\\frac{1}{2}}", "\\boxed{é}", "\\boxed{\\ud800}"]
+    texts += ["\\boxed{\ud800}", "\\boxed{\udfff}", "\\boxed{\\u00e9}"]
+    keys = []
+    for text in texts:
+        key = prepare(text, "7").decision_key
+        assert key is not None
+        parts = json.loads(key)  # valid JSON: answer, gold, fallback
+        assert len(parts) == 3
+        if text.isascii():
+            assert key == stdlib.encode(parts)
+        keys.append(key)
+    assert len(set(keys)) == len(texts)
+
+
 def test_grade_no_answer_is_not_cached() -> None:
     assert prepare("no answer here", "1").decision_key is None
 
