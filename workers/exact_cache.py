@@ -14,9 +14,10 @@ verdicts by the raw texts, so a file graded before is answered without extractin
 Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`, 60,760
 rollouts, 2 cores, issue 11): per rollout, a row cost the cold run some 15 us a
 rollout (hash, lookup, one SQLite insert each) and the file 491 bytes a rollout with
-the answer layer; per unit, 131 bytes a rollout, the cold run 0.92-0.98x of one
-without the cache (hashing the file for the unit keys, SQLite writes), and a re-graded
-file 3.4-3.7x faster than its cold run. Storing
+the answer layer; per unit, 133 bytes a rollout, the cold run 0.90-0.98x of one
+without the cache run beside it (hashing the file for the unit keys; the workers
+build and write the rows while they would idle), and a re-graded file 2.8-3.5x
+faster than its cold run. Storing
 a unit's output lines instead (1 KB a rollout) made re-grades 5x but cost the cold
 run 12 us a rollout in JSON escaping and SQLite writes (0.85x): not worth it. Kept
 to the embedded cache: on a fleet the rows would go to the Redis that also carries
