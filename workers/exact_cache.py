@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from workers.cache import SqliteResultCache
+from workers.jsontext import json_text
 from workers.models import GradeOptions, Verdict, is_final
 
 __all__ = ["ExactLayer", "exact_keyer", "stored_unit"]
@@ -70,17 +71,10 @@ def exact_keyer(
     return key_of
 
 
-def _json_text(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:  # a lone surrogate in `extracted`: the stdlib escapes it
-        return json.dumps(value)
-
-
 def _stored(verdict: Verdict) -> str:
     fields = verdict.to_dict()
     del fields["cached"]
-    return _json_text(fields)
+    return json_text(fields)
 
 
 def _json_value(raw: str | bytes) -> Any:
@@ -88,7 +82,7 @@ def _json_value(raw: str | bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         try:
-            return json.loads(raw)  # an escaped lone surrogate (see `_json_text`)
+            return json.loads(raw)  # an escaped lone surrogate (see `json_text`)
         except ValueError:
             return None
 
@@ -206,4 +200,4 @@ class ExactLayer:
         Raises:
             CacheError: the store failed.
         """
-        self._cache.set_values({key: _json_text({"unit": stored})})
+        self._cache.set_values({key: json_text({"unit": stored})})
