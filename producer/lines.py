@@ -15,13 +15,15 @@ item mode reads it (`parse_line`), invalid UTF-8 included; the output lines come
 as UTF-8 bytes and are written as they are.
 
 With the cache on, a worker also keeps each unit's row verdicts under a hash of the
-unit (`workers.exact_cache`); the CLI looks every unit up before it sends any, and
-renders a stored one (`replay_line_unit`: parse, the same `graded_values` and
+unit (`workers.exact_cache`); the CLI looks a chunk's units up before it sends any,
+and renders a stored one (`replay_line_unit`: parse, the same `graded_values` and
 `dump_line_bytes`, every verdict `cached`; a unit of usual lines without building
 rows) without grading: so a re-graded file starts no grading pool. Many stored units
 are rendered on the cores of a pool that never grades (`replay_stored_unit`, no
 verifier warm-up; the stored text rides undecoded after the unit's lines), few in
-the CLI itself.
+the CLI itself. Once a chunk had a unit the cache lacked (a new file), the grading
+pool's workers look up their units themselves and render those they find
+(`grade_line_unit`), so the CLI no longer hashes between chunks.
 
 On a fleet a unit is a task: its lines are stored in Redis in place of a batch's
 items (`fleet_unit_payload`), a worker's grading process reads and grades them
@@ -154,7 +156,14 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
     """Run in a pool worker: a unit's totals and malformed lines, and its output
     lines as UTF-8. The result also carries, under "store", what builds each
     row's final verdict as the cache keeps it (see `replay_line_unit`): built
-    only with the cache on."""
+    only with the cache on. A unit the worker found in the cache (the pool's
+    `UnitGrading.stored`, when it looks units up itself) is rendered from that
+    instead, when it fits, and offers nothing to store."""
+    stored = getattr(grade, "stored", None)  # a plain GradePairs has none
+    if stored is not None:
+        replayed = replay_line_unit(unit, body, stored)
+        if replayed is not None:
+            return replayed
     options = GradeOptions.from_dict(unit["options"])
     rows, errors = _unit_rows(unit, body)
 

@@ -152,6 +152,11 @@ class UnitGrading(Protocol):
         """Item numbers that cost an earlier worker its life on this unit (answered
         as failures here) and were not kept since."""
 
+    @property
+    def stored(self) -> str | None:
+        """What the cache kept under this unit's key when the pool was asked to
+        look it up here (`run_units`' `look_up`), undecoded; else None."""
+
     def keep(self, verdicts: dict[int, Verdict], note: Any = None) -> None:
         """Send these verdicts (by item number across the unit's calls) and `note`
         (JSON) to the pool's caller now (`run_units`' `on_kept`); if the unit is
@@ -228,13 +233,18 @@ def _worker_loop(
             if "unit" in message:
                 assert config.unit_fn is not None
                 send_kept = _kept_sender(from_fd, message["batch"])
+                key = message.get("key")
+                found = None
+                if key is None and message.get("look_up") and exact is not None:
+                    key = exact.unit_key(message["unit"], body)
+                    found = _looked_up(exact, key)
                 grade = _UnitGrading(
-                    message, unit_grader, inline, slot, collector, send_kept
+                    message, unit_grader, inline, slot, collector, send_kept, found
                 )
                 result, body = config.unit_fn(message["unit"], body, grade)
                 stored = result.pop("store", None) if isinstance(result, dict) else None
-                if held is not None and "key" in message and grade.final:
-                    held.hold(message["key"], stored)
+                if held is not None and key is not None and grade.final:
+                    held.hold(key, stored)
                 reply: dict[str, Any] = {"unit": result}
             else:
                 items = [GradeItem(i, r, g) for i, r, g in message["items"]]
@@ -321,6 +331,16 @@ def _idle(fd: int) -> bool:
     return not readable
 
 
+def _looked_up(exact: ExactLayer, key: str) -> str | None:
+    """What the cache kept under a unit's key (None: nothing, or the lookup
+    failed: the unit is graded, as without a cache)."""
+    try:
+        return exact.lookup_units([key]).get(key)
+    except CacheError as exc:
+        log.warning("unit cache lookup failed: %s", exc)
+        return None
+
+
 def _store_unit(exact: ExactLayer, key: str, stored: Callable[[], Any]) -> None:
     """Keep what a unit's result offered to store (see `run_units`)."""
     try:
@@ -347,7 +367,9 @@ class _UnitGrading:
         slot: ProgressSlot,
         collector: _Collector | None,
         send_kept: Callable[[dict[str, Any], Any], None],
+        stored: str | None = None,
     ) -> None:
+        self.stored = stored
         self._slot = slot
         self._answered = {
             position: (Status(status), reason, prepared, seconds)
@@ -646,6 +668,7 @@ class _UnitJob(_Job):
     known: list[dict[str, list[Any]]]
     finished: list[bool]
     keys: Sequence[str] | None = None  # cache keys, for the workers to store under
+    look_up: bool = False  # no keys: the workers take and look up each unit's key
     on_kept: Callable[[int, dict[int, Verdict], Any], None] | None = None
 
     def message(self, batch_id: int) -> tuple[dict[str, Any], bytes, list[int], int]:
@@ -655,6 +678,8 @@ class _UnitJob(_Job):
             frame["known"] = self.known[batch_id]
         if self.keys is not None:
             frame["key"] = self.keys[batch_id]
+        elif self.look_up:
+            frame["look_up"] = True
         return frame, body, [], self.weights[batch_id]
 
     def kept(self, batch_id: int, rows: dict[str, list[Any]], note: Any) -> None:
@@ -803,6 +828,7 @@ class LocalPool:
         deadline_at: float | None = None,
         keys: Sequence[str] | None = None,
         *,
+        look_up: bool = False,
         known: Sequence[dict[int, Verdict]] | None = None,
         on_kept: Callable[[int, dict[int, Verdict], Any], None] | None = None,
     ) -> list[Unit | None]:
@@ -820,7 +846,10 @@ class LocalPool:
         keep in the cache (called only to store it): with the cache on and `keys`
         (`ExactLayer.unit_key` of each unit), the worker stores it under the
         unit's key when none of the unit's verdicts is transient. It is never sent
-        back.
+        back. With `look_up` instead of `keys`, each worker takes the unit's key
+        itself and looks it up: what it finds is the unit function's
+        `UnitGrading.stored` (a cold run's CLI then hashes nothing and opens no
+        SQLite connection between its chunks while the pool's cores wait).
 
         `known` (per unit: item number across the unit's grading calls -> verdict)
         are answered as they are, not graded. Verdicts a unit function keeps
@@ -848,6 +877,7 @@ class LocalPool:
             attempts=[0] * len(units),
             batches_left=len(units),
             keys=keys,
+            look_up=look_up and keys is None,
         )
         self._run(job, on_progress, deadline_at)
         return job.results

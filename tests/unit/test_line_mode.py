@@ -377,6 +377,46 @@ def test_line_mode_units_rows_are_in_the_cache_once_the_pool_idles(
         assert [row[status_at] for row in kept] == shown
 
 
+def test_line_mode_workers_look_units_up_themselves_under_the_clis_keys(
+    tmp_path: Path,
+) -> None:
+    # Given units graded on a pool with the cache on whose workers take and look
+    # up each unit's key themselves (no keys from the caller)
+    path = tmp_path / "c.db"
+    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i % 4)} for i in range(40)]
+    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
+    units = [line_unit(lines[i : i + 5], FieldSpec(), OPTIONS) for i in range(0, 40, 5)]
+    with _pool(cache_path=path) as pool:
+        first = pool.run_units(units, [5] * 8, look_up=True)
+    # Then they are stored under the keys the CLI looks up
+    layer = ExactLayer(SqliteResultCache(path), verifier.GRADER_VERSION)
+    keys = layer.unit_keys(units)
+    assert len(layer.lookup_units(keys)) == len(units)
+    layer._cache.close()  # type: ignore[attr-defined]  # not open across the fork
+    # When they are run again so, and once more with one unit's lines changed
+    changed = list(units)
+    new_line = (16, json.dumps({"response": "\\boxed{9}", "gold": "9"}).encode())
+    changed[3] = line_unit([new_line, *lines[16:20]], FieldSpec(), OPTIONS)
+    with _pool(cache_path=path) as pool:
+        again = pool.run_units(units, [5] * 8, look_up=True)
+        edited = pool.run_units(changed, [5] * 8, look_up=True)
+    # Then the stored ones are rendered from the cache (the same lines, `cached`
+    # set) and the changed one is graded
+    for before, after in zip(first, again, strict=True):
+        assert before is not None
+        assert after is not None
+        assert after[0]["totals"] == {**before[0]["totals"], "cached": 5}
+        shown = [json.loads(line) for line in after[1].splitlines()]
+        graded = [json.loads(line) for line in before[1].splitlines()]
+        assert [{**r, "cached": False} for r in shown] == graded
+        assert all(r["cached"] for r in shown)
+    for index, result in enumerate(edited):
+        assert result is not None
+        shown = [json.loads(line) for line in result[1].splitlines()]
+        assert all(r["cached"] is (index != 3) for r in shown)
+    assert json.loads(edited[3][1].splitlines()[0])["correct"] is True
+
+
 def test_line_mode_unit_kept_without_the_cached_field_is_graded_again() -> None:
     # Given a unit graded once, and what the cache keeps of it, also as an older
     # gradefleet kept it (no `cached` value in its rows)
@@ -473,6 +513,14 @@ def test_line_mode_regrade_skips_the_warm_up_and_grades_what_is_new(
     assert _without_cached(grown) == _without_cached(off)
     assert all(r["cached"] for r in grown[:2048])
     assert "sympy imported: True" in stderr
+    # When the first line changes: the first chunk has a unit the cache lacks, so
+    # the workers look up the second chunk's units themselves, and find them
+    records[0] = {"response": "\\boxed{12}", "gold": "12"}
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    edited, _ = grade("edited", *cache)
+    assert [i for i, r in enumerate(edited) if not r["cached"]] == list(range(64))
+    assert edited[0]["correct"] is True
+    assert _without_cached(edited[64:]) == _without_cached(off[64:])
 
 
 def test_line_mode_replay_changes_only_the_verdicts_cached_field(
