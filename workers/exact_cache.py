@@ -9,19 +9,20 @@ verdicts by the raw texts, so a file graded before is answered without extractin
 - per unit of the CLI's line mode (`producer.lines`), a hash of the unit's lines,
   numbers, fields and options -> its rows' verdicts: one row per 64 rollouts,
   stored by the pool worker that graded the unit, looked up by the CLI, which
-  renders a stored unit from its input lines without starting the pool.
+  renders a stored unit from its input lines without starting the pool (after
+  a chunk with a unit it lacked, by the pool's workers, which render it).
 
 Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`, 60,760
 rollouts, 2 cores, issue 11): per rollout, a row cost the cold run some 15 us a
 rollout (hash, lookup, one SQLite insert each) and the file 491 bytes a rollout with
-the answer layer; per unit, 133 bytes a rollout, the cold run 0.90-0.98x of one
-without the cache run beside it (hashing the file for the unit keys; the workers
-build and write the rows while they would idle), and a re-graded file 2.8-3.5x
-faster than its cold run. Storing
-a unit's output lines instead (1 KB a rollout) made re-grades 5x but cost the cold
-run 12 us a rollout in JSON escaping and SQLite writes (0.85x): not worth it. Kept
-to the embedded cache: on a fleet the rows would go to the Redis that also carries
-the broker's queues.
+the answer layer; per unit, 133 bytes a rollout, the cold run 0.92-0.98x of one
+without the cache run beside it (the workers hash and look up each unit, some 50
+and 60-90 us a unit, and build and write its rows, ~80 us, those while they
+would idle: ~5% more CPU in all), and a re-graded file 2.8-3.7x faster than
+its cold run. Storing a unit's output lines instead (1 KB a rollout) made re-grades
+5x but cost the cold run 12 us a rollout in JSON escaping and SQLite writes
+(0.85x): not worth it. Kept to the embedded cache: on a fleet the rows would go to
+the Redis that also carries the broker's queues.
 """
 
 from __future__ import annotations

@@ -344,15 +344,25 @@ def test_line_mode_cache_does_not_keep_a_unit_with_a_transient_verdict(
         assert all(r["correct"] for i, r in enumerate(graded) if i != 4)
 
 
+def _boxed_units(count: int) -> tuple[list[tuple[int, bytes]], list[Any]]:
+    """`count` lines of boxed answers (every fourth correct) and their units of 5."""
+    records = [
+        {"response": f"\\boxed{{{i}}}", "gold": str(i % 4)} for i in range(count)
+    ]
+    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
+    units = [
+        line_unit(lines[i : i + 5], FieldSpec(), OPTIONS) for i in range(0, count, 5)
+    ]
+    return lines, units
+
+
 def test_line_mode_units_rows_are_in_the_cache_once_the_pool_idles(
     tmp_path: Path,
 ) -> None:
     # Given units graded with their keys on a pool with the cache on (rows held
     # back: 12 units are far under the write-behind bounds)
     path = tmp_path / "c.db"
-    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i % 4)} for i in range(60)]
-    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
-    units = [line_unit(lines[i : i + 5], FieldSpec(), OPTIONS) for i in range(0, 60, 5)]
+    _lines, units = _boxed_units(60)
     layer = ExactLayer(SqliteResultCache(path), verifier.GRADER_VERSION)
     keys = layer.unit_keys(units)
     layer._cache.close()  # type: ignore[attr-defined]  # not open across the fork
@@ -383,9 +393,7 @@ def test_line_mode_workers_look_units_up_themselves_under_the_clis_keys(
     # Given units graded on a pool with the cache on whose workers take and look
     # up each unit's key themselves (no keys from the caller)
     path = tmp_path / "c.db"
-    records = [{"response": f"\\boxed{{{i}}}", "gold": str(i % 4)} for i in range(40)]
-    lines = [(n + 1, json.dumps(r).encode()) for n, r in enumerate(records)]
-    units = [line_unit(lines[i : i + 5], FieldSpec(), OPTIONS) for i in range(0, 40, 5)]
+    lines, units = _boxed_units(40)
     with _pool(cache_path=path) as pool:
         first = pool.run_units(units, [5] * 8, look_up=True)
     # Then they are stored under the keys the CLI looks up
