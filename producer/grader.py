@@ -270,9 +270,9 @@ class _EmbeddedGrader(GraderBase):
         The units are looked up here while every call's were all found (a file
         graded before); after a call with one the cache did not hold (a new
         file), the pool's workers look up theirs: hashing a 20,000-line chunk's
-        units and the lookups held up the pool's cores for ~10 ms between chunks,
-        a third of what the cache cost a cold run (issue 11). A worker renders a
-        unit it finds as this process would."""
+        units and looking them up here held up the pool's cores for ~10 ms
+        between chunks (issue 11). A worker renders a unit it finds as this
+        process would."""
         from workers.errors import DeadlineError
 
         results: list[Any] = [None] * len(units)
