@@ -313,9 +313,10 @@ class _HeldRows:
         """Store the held units' rows; with `flush`, write out everything held
         back (logged on failure: those rollouts are graded again next time)."""
         units, self._units = self._units, []
-        for key, stored in units:
-            assert self._exact is not None
-            _store_unit(self._exact, key, stored)
+        if units:
+            assert self._exact is not None  # units are held only with one (`hold`)
+            for key, stored in units:
+                _store_unit(self._exact, key, stored)
         if flush:
             try:
                 self._cache.flush()
