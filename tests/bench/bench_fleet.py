@@ -2,7 +2,8 @@
 
     python tests/bench/bench_fleet.py [--quick]           # sections 1-4 (~2 min)
     python tests/bench/bench_fleet.py --batch-sizes 16,32,64,128,256
-    python tests/bench/bench_fleet.py --workers 1,2,4,8,16  # scaling (many cores)
+    python tests/bench/bench_fleet.py --workers 1,2,4,8,16 --rollouts 100000  # scaling
+    python tests/bench/bench_fleet.py --ceiling 1,16  # the machine's own, no fleet
 
 Starts its own redis-server and `python -m workers` nodes (1 process each). The
 result cache lives in Redis db 1 so it can be flushed between runs without touching
@@ -13,13 +14,18 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -30,6 +36,7 @@ from fleet_procs import (
     Worker,
     prompts_with_samples,
     real_rollouts,
+    scaling_row,
     start_redis,
     start_workers,
 )
@@ -68,12 +75,22 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 class Bench:
-    def __init__(self, workdir: Path, workers: int, item_timeout_s: float) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        workers: int,
+        item_timeout_s: float,
+        *,
+        test_hooks: bool = True,
+    ) -> None:
+        """`test_hooks`: the hostile step sends a HANG answer; off, the workers grade
+        as in production (from what they prepared), as the scaling figures want."""
         self.redis = start_redis(workdir)
         self.cache_url = self.redis.url[:-1] + "1"
         self.item_timeout_s = item_timeout_s
+        self.test_hooks = test_hooks
         self.workers: list[Worker] = []
-        self._clients: dict[int, GradingClient] = {}
+        self._clients: dict[int | None, GradingClient] = {}
         self.resize(workers)
 
     def resize(self, count: int) -> None:
@@ -84,7 +101,7 @@ class Bench:
             count,
             item_timeout_s=self.item_timeout_s,
             cache_url=self.cache_url,
-            test_hooks=True,  # the hostile step sends a HANG answer
+            test_hooks=self.test_hooks,
         )
         for client in self._clients.values():  # every new worker gets warm too
             self._warm_up(client)
@@ -294,22 +311,215 @@ def batch_size_table(bench: Bench, rollouts: list[Rollout], sizes: list[int]) ->
         )
 
 
+def unique_rollouts(base: list[Rollout], n: int) -> list[Rollout]:
+    """`n` rollouts, no two alike (copies of the real ones get a prefix), so no
+    rollout of a cold run is a cache hit and every worker count grades the same work."""
+    out = [
+        Rollout(f"[copy {copy}] {r.response}", r.gold)
+        for copy in range(n // len(base) + 1)
+        for r in base
+    ][:n]
+    random.Random(1).shuffle(out)
+    return out
+
+
+def _cpu_s(pids: Sequence[int]) -> float:
+    """User+system CPU seconds of these processes and their descendants, read from
+    /proc: a worker's sandbox child does the grading, and a child it recycled (every
+    RECYCLE_AFTER_ITEMS) is in its parent's reaped-children times."""
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU seconds)
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with suppress(OSError, ValueError, IndexError):
+            # Fields after the command name, which may hold spaces: man 5 proc.
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            stats[int(entry.name)] = (
+                int(fields[1]),
+                sum(int(value) for value in fields[11:15]) * tick_s,
+            )
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][1]
+        todo += children.get(pid, [])
+    return total
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine since boot (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    return sum(values) - idle, sum(values)
+
+
+def _redis_cpu_s(url: str) -> float:
+    client = redis.Redis.from_url(url)
+    try:
+        info = client.info("cpu")
+    finally:
+        client.close()
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def scaling(
-    bench: Bench, rollouts: list[Rollout], counts: list[int], batch_size: int | None
+    bench: Bench,
+    rollouts: list[Rollout],
+    counts: list[int],
+    batch_size: int | None,
+    rounds: int,
+    producers: int,
 ) -> None:
+    """Cold runs of the same unique rollouts on 1..N worker nodes; per count, the
+    median of `rounds` runs and where the CPU went (is the producer or Redis the
+    limit once there are many workers?). `producers` > 1: that many processes, each
+    with its own client, grade a share each at once (a sweep over a cluster)."""
     print(
-        f"scaling: {len(rollouts)} real rollouts, cold cache, 1 process per worker, "
-        f"batch {batch_size or 'per job (client default)'}"
+        f"scaling: {len(rollouts)} unique real rollouts, cold cache, 1 process per "
+        f"worker, batch {batch_size or 'per job (client default)'}, {producers} "
+        f"producer process(es), median of {rounds}; {os.cpu_count()} CPUs; CPU in "
+        "microseconds a rollout"
     )
+    n = len(rollouts)
+    base_rate = None
+    context = multiprocessing.get_context("spawn")
+    pool = None
+    if producers > 1:
+        initargs = (bench.redis.url, batch_size, bench.item_timeout_s, n)
+        pool = context.Pool(producers, _producer_init, initargs)
+    try:
+        for count in counts:
+            bench.resize(count)
+            bench.client(batch_size)
+            if pool is not None:  # connect every producer's client outside timing
+                pool.map(_producer_grade, [(-1, producers)] * producers, chunksize=1)
+            runs = [
+                _scaling_run(bench, rollouts, batch_size, pool, producers)
+                for _ in range(rounds)
+            ]
+            runs.sort(key=lambda run: run[0])
+            seconds, (producer_s, redis_s, workers_s, busy) = runs[len(runs) // 2]
+            rate = n / seconds
+            base_rate = base_rate or rate
+            print(
+                scaling_row(count, rate, base_rate, [run[0] for run in runs])
+                + f")  CPU/rollout: producers {1e6 * producer_s / n:5.1f}  redis "
+                f"{1e6 * redis_s / n:5.1f}  workers {1e6 * workers_s / n:6.1f}"
+                f"  (producers busy {producer_s / seconds:.0%} of a core, redis "
+                f"{redis_s / seconds:.0%}; all CPUs {busy:.0%} busy)",
+                flush=True,
+            )
+    finally:
+        if pool is not None:
+            pool.terminate()
+
+
+def _scaling_run(
+    bench: Bench,
+    rollouts: list[Rollout],
+    batch_size: int | None,
+    pool: Any,
+    producers: int,
+) -> tuple[float, list[float]]:
+    """(seconds, [producer, redis, worker CPU seconds]) of one cold run."""
+    worker_pids = [worker.proc.pid for worker in bench.workers]
+    bench.flush_cache()
+    before = (_redis_cpu_s(bench.redis.url), _cpu_s(worker_pids), *_machine_ticks())
+    started = time.perf_counter()
+    if pool is None:
+        producer_before = _producer_cpu_s()
+        bench.grade(rollouts, batch_size)
+        producer_s = _producer_cpu_s() - producer_before
+    else:
+        shares = [(k, producers) for k in range(producers)]
+        producer_s = sum(pool.map(_producer_grade, shares, chunksize=1))
+    seconds = time.perf_counter() - started
+    after = (_redis_cpu_s(bench.redis.url), _cpu_s(worker_pids), *_machine_ticks())
+    machine_busy = (after[2] - before[2]) / max(1, after[3] - before[3])
+    return seconds, [
+        producer_s,
+        after[0] - before[0],
+        after[1] - before[1],
+        machine_busy,
+    ]
+
+
+_PRODUCER: dict[str, Any] = {}
+
+
+def _producer_init(
+    broker_url: str, batch_size: int | None, item_timeout_s: float, n: int
+) -> None:
+    """A producer process's client and the whole run's rollouts (built here, not
+    sent: the same list as the parent's, from the same seed)."""
+    _PRODUCER["client"] = GradingClient(
+        broker_url, batch_size=batch_size, item_timeout_s=item_timeout_s, deadline_s=900
+    )
+    _PRODUCER["rollouts"] = unique_rollouts(real_rollouts(), n)
+
+
+def _producer_grade(share: tuple[int, int]) -> float:
+    """Grade share k of `producers` (k = -1: one rollout, to connect); the CPU
+    seconds it took."""
+    k, producers = share
+    rollouts = _PRODUCER["rollouts"]
+    mine = rollouts[:1] if k < 0 else rollouts[k::producers]
+    before = _producer_cpu_s()
+    _PRODUCER["client"].grade(mine)
+    return _producer_cpu_s() - before
+
+
+def plain_ceiling(counts: list[int], rounds: int) -> None:
+    """What this machine gives any CPU-bound Python: `count` independent in-process
+    grading loops at once (no fleet, 20,000 unique rollouts each) against one.
+    Shared cores (SMT), clocks and the kernel bound the fleet's scaling to this."""
+    context = multiprocessing.get_context("spawn")
+    base_rate = None
     for count in counts:
-        bench.resize(count)
-        bench.client(batch_size)
-        bench.flush_cache()
-        seconds = timed(lambda: bench.grade(rollouts, batch_size))
+        with context.Pool(count, _plain_init, (_PLAIN_ROLLOUTS,)) as pool:
+            pool.map(_plain_grade, [200] * count, chunksize=1)  # warm, every process
+            tasks = [_PLAIN_ROLLOUTS] * count
+            walls = [
+                timed(partial(pool.map, _plain_grade, tasks, chunksize=1))
+                for _ in range(rounds)
+            ]
+        rate = count * _PLAIN_ROLLOUTS / statistics.median(walls)
+        base_rate = base_rate or rate
         print(
-            f"    {count:3d} workers: {seconds:6.2f} s  "
-            f"{len(rollouts) / seconds:8.0f} rollouts/s"
+            f"    {count:3d} plain loops at once: {rate:9,.0f} rollouts/s  "
+            f"{rate / base_rate:5.2f}x one  (walls: "
+            + ", ".join(f"{wall:.2f}" for wall in walls)
+            + ")",
+            flush=True,
         )
+
+
+_PLAIN_ROLLOUTS = 20_000
+_PLAIN: list[Rollout] = []
+
+
+def _plain_init(n: int) -> None:
+    """Build the rollouts here (sending them would time the pickling) and warm up."""
+    from workers.sandbox import warm_up_verifier
+
+    _PLAIN[:] = unique_rollouts(real_rollouts(), n)
+    warm_up_verifier()
+
+
+def _plain_grade(n: int) -> None:
+    for rollout in _PLAIN[:n]:
+        verifier.grade(rollout.response, rollout.gold)
+
+
+def _producer_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -325,13 +535,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="batch size for --workers (default: the client's, sized per job)",
     )
     parser.add_argument("--item-timeout-s", type=float, default=5.0)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="runs per count for --workers"
+    )
+    parser.add_argument(
+        "--ceiling",
+        help="e.g. 1,16: that many in-process grading loops at once (no fleet)",
+    )
+    parser.add_argument(
+        "--producers",
+        type=int,
+        default=1,
+        help="for --workers: processes that grade a share each at once",
+    )
     args = parser.parse_args(argv)
     n = args.rollouts or (4_000 if args.quick else 10_000)
     reps = 2 if args.quick else 5
     base = real_rollouts()
-    rollouts = ten_thousand(base, n)
+    rollouts = unique_rollouts(base, n) if args.workers else ten_thousand(base, n)
+    if args.ceiling:
+        print(f"machine ceiling: {os.cpu_count()} CPUs, median of {args.rounds}")
+        plain_ceiling([int(x) for x in args.ceiling.split(",")], args.rounds)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
-        bench = Bench(Path(tmp), 2, args.item_timeout_s)
+        bench = Bench(Path(tmp), 2, args.item_timeout_s, test_hooks=not args.workers)
         try:
             if args.batch_sizes:
                 batch_size_table(
@@ -339,7 +566,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             elif args.workers:
                 counts = [int(x) for x in args.workers.split(",")]
-                scaling(bench, rollouts, counts, args.batch_size)
+                scaling(
+                    bench,
+                    rollouts,
+                    counts,
+                    args.batch_size,
+                    args.rounds,
+                    args.producers,
+                )
             else:
                 section_overhead(bench, rollouts, rounds=1 if args.quick else 5)
                 step = rl_step(prompts_with_samples(), 512, 16)

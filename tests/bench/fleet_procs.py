@@ -173,3 +173,14 @@ def _wait_consuming(broker_url: str, count: int, timeout_s: float = 120.0) -> No
         raise SystemExit(f"only some of {count} workers answered in {timeout_s} s")
     finally:
         app.close()
+
+
+def scaling_row(count: int, rate: float, first_rate: float, walls: list[float]) -> str:
+    """The start of a scaling table's row: `count` workers' rollouts/s, its ratio to
+    the first count's, and each run's wall seconds (the caller closes the bracket)."""
+    return (
+        f"    {count:3d} workers: {rate:9,.0f} rollouts/s  "
+        f"{rate / first_rate:5.2f}x the first  (walls: "
+        + ", ".join(f"{wall:.2f}" for wall in walls)
+        + " s"
+    )
