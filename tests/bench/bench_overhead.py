@@ -5,6 +5,8 @@
     python tests/bench/bench_overhead.py --profile        # + where each us goes
     python tests/bench/bench_overhead.py --hostile        # + the 8,192-rollout step
     python tests/bench/bench_overhead.py --no-table --no-fleet --cache-ab 20
+    python tests/bench/bench_overhead.py --no-table --no-fleet --fleet-workers 1,16 \
+        --rollouts 200000                                # many cores: fleet scaling
 
 Every figure is a ratio to the plain loop measured in the same round (this machine is
 shared and its speed drifts): `json.loads` -> `grade()` -> `to_dict` -> `json.dumps` on
@@ -48,6 +50,7 @@ from fleet_procs import (
     REPO_ROOT,
     prompts_with_samples,
     real_rollouts,
+    scaling_row,
     start_redis,
     start_workers,
 )
@@ -126,14 +129,16 @@ def cli_s(src: Path, dst: Path, *args: str) -> float:
 
 
 class Fleet:
-    """A private redis-server and two `python -m workers` nodes (1 process each)."""
+    """A private redis-server and `python -m workers` nodes (1 process each)."""
 
-    def __init__(self, workdir: Path, code_root: Path = REPO_ROOT) -> None:
+    def __init__(
+        self, workdir: Path, code_root: Path = REPO_ROOT, *, workers: int = 2
+    ) -> None:
         self.redis = start_redis(workdir)
         self.cache_url = self.redis.url[:-1] + "1"
         self.workers = start_workers(
             self.redis.url,
-            2,
+            workers,
             item_timeout_s=ITEM_TIMEOUT_S,
             cache_url=self.cache_url,
             code_root=code_root,
@@ -562,6 +567,43 @@ def _proc_cpu_s(pid: int, *, reaped: bool = False) -> float:
     return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
 
 
+def fleet_scaling(work: Path, n: int, counts: list[int], rounds: int) -> None:
+    """`gradefleet grade --broker` on 1..N worker nodes (fresh ones per count, cold
+    cache each run): the median of `rounds` runs per count and its ratio to the
+    first count's. In line mode the CLI's one process only moves bytes, so it should
+    not cap a big fleet the way a `GradingClient` does (`bench_fleet.py --workers`).
+    For a many-core machine: the 16-worker target is >= 12x one worker."""
+    src = work / "in.jsonl"
+    write_input(src, n)
+    out = work / "out.jsonl"
+    print(
+        f"fleet scaling, gradefleet grade --broker: {n:,} unique real rollouts, "
+        f"cold cache, median of {rounds}; {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    first_rate = None
+    for count in counts:
+        fleet = Fleet(work, workers=count)
+        try:
+            cli_s(src, out, "--broker", fleet.redis.url)  # every worker warm
+            walls, cli_cpu_s = [], []
+            for _ in range(rounds):
+                fleet.flush_cache()
+                before = _children_cpu_s()  # the CLI's, once it is reaped
+                walls.append(cli_s(src, out, "--broker", fleet.redis.url))
+                cli_cpu_s.append(_children_cpu_s() - before)
+        finally:
+            fleet.close()
+        rate = n / statistics.median(walls)
+        first_rate = first_rate or rate
+        print(
+            scaling_row(count, rate, first_rate, walls)
+            + f"; the CLI's CPU {statistics.median(cli_cpu_s) / n * 1e6:.1f} us "
+            "a rollout)",
+            flush=True,
+        )
+
+
 # --- --hostile: the 8,192-rollout step with hostile items ---
 
 
@@ -627,6 +669,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hostile", action="store_true")
     parser.add_argument("--hostile-reps", type=int, default=3)
     parser.add_argument(
+        "--fleet-workers",
+        metavar="COUNTS",
+        help="e.g. 1,16: gradefleet grade --broker on that many worker nodes each",
+    )
+    parser.add_argument(
         "--cache-ab",
         type=int,
         default=0,
@@ -638,6 +685,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(tmp)
         if args.cache_ab:  # first: the fleet's idle processes would be beside it
             cache_ab(work, args.rollouts, args.cache_ab)
+        if args.fleet_workers:
+            counts = [int(x) for x in args.fleet_workers.split(",")]
+            fleet_scaling(work, args.rollouts, counts, args.rounds)
         fleet = None if args.no_fleet else Fleet(work)
         try:
             if not args.no_table:
