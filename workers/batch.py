@@ -1,5 +1,5 @@
-"""Grade one batch: the sandbox prepares, then decides what the cache and in-batch
-de-duplication leave; new answers are stored.
+"""Grade one batch: the sandbox prepares, then decides what the cache, the process's
+memo of decided answers and in-batch de-duplication leave; new answers are stored.
 
 Shared by the Celery task and the embedded local pool, so both give identical verdicts.
 """
@@ -27,6 +27,7 @@ from workers.sandbox import ItemPrep, ItemResult, Selector
 __all__ = [
     "BatchGrader",
     "BatchObserver",
+    "DecisionMemo",
     "GradeItem",
     "NullObserver",
     "SelectingGrader",
@@ -76,6 +77,55 @@ class NullObserver:
         pass
 
 
+# A `DecisionMemo` holds at most this many decided answers, or keys and extracted
+# texts of this many characters in all, and starts over once full: some 10-20 MB of
+# a pool worker's heap at most (each holds a verdict), a small share of what makes
+# the pool replace a worker (`RECYCLE_GROWN_SHARE` of the item memory cap).
+MEMO_MAX_ENTRIES = 20_000
+MEMO_MAX_CHARS = 4_000_000
+
+
+class DecisionMemo:
+    """Answers this process has decided, by options and key: a later batch's copy of
+    one is not decided again (copies within a batch never are).
+
+    Samples of one prompt mostly reach the same few answers (in tests/data, 54% of
+    the rollouts repeat an earlier one's decision key), while an embedded pool
+    worker's batches are 64 rows, in which few of a prompt's samples meet. Deciding
+    costs some 9 us a rollout on average (SymPy's cases far more), a hit here one
+    dict lookup and a verdict built. Final verdicts only: a timeout or memory kill
+    is the load's, and a worker lost to one takes its memo with it anyway.
+    """
+
+    def __init__(
+        self, *, max_entries: int = MEMO_MAX_ENTRIES, max_chars: int = MEMO_MAX_CHARS
+    ) -> None:
+        self._max_entries = max_entries
+        self._max_chars = max_chars
+        self._by_options: dict[GradeOptions, dict[str, Verdict]] = {}
+        self._entries = 0
+        self._chars = 0
+
+    def answers(self, options: GradeOptions) -> dict[str, Verdict]:
+        """The decided answers under `options`, by key (read-only: `remember` adds)."""
+        answers = self._by_options.get(options)
+        if answers is None:
+            answers = self._by_options[options] = {}
+        return answers
+
+    def remember(self, options: GradeOptions, key: str, verdict: Verdict) -> None:
+        chars = len(key) + len(verdict.extracted or "")
+        if self._entries >= self._max_entries or self._chars + chars > self._max_chars:
+            for answers in self._by_options.values():  # kept: batches hold them
+                answers.clear()
+            self._entries = self._chars = 0
+        answers = self.answers(options)
+        if key not in answers:
+            self._entries += 1
+            self._chars += chars
+        answers[key] = verdict
+
+
 class BatchGrader:
     """Grades batches through a sandbox, with an optional result cache.
 
@@ -84,9 +134,10 @@ class BatchGrader:
     (in-batch de-duplication) and cached keys not at all. Copies share the
     representative's answer-dependent fields but keep their own extracted /
     extraction_method / format_valid. `cached=True` only on verdicts read from the
-    cache: a copy of an item graded in this same batch says `cached=False`, so the
-    flag means "no grading work happened for this answer in this run". Everything
-    else is identical with the cache on, off, warm or cold.
+    cache: a copy of an item graded in this same batch, or in an earlier one that
+    the `memo` holds, says `cached=False`, so the flag means "no grading work
+    happened for this answer in this run". Everything else is identical with the
+    cache on, off, warm or cold, and with or without a memo.
 
     With an `exact` layer (the embedded pool), every final verdict is also stored
     whole under its (response, gold), for the CLI to find before it reaches a worker.
@@ -109,18 +160,22 @@ class BatchGrader:
         observer: BatchObserver | None = None,
         exact: ExactLayer | None = None,
         hold_stores: bool = False,
+        memo: DecisionMemo | None = None,
     ) -> None:
         self._sandbox = sandbox
         self._cache = cache
         self._observer: BatchObserver = observer or NullObserver()
         self._exact = exact
         self._held: dict[str, dict[str, Any]] | None = {} if hold_stores else None
+        self._memo = memo
 
     def grade(
         self, items: Sequence[GradeItem], options: GradeOptions
     ) -> list[tuple[int, Verdict]]:
         """Grade `items`; returns (item.index, verdict) in the order of `items`."""
-        run = _BatchRun(self._cache, self._observer, items, options, self._held)
+        run = _BatchRun(
+            self._cache, self._observer, items, options, self._held, self._memo
+        )
         pairs = [(item.response, item.gold) for item in items]
         results = self._sandbox.grade_selected(pairs, options, run.select)
         graded = run.finish(results)
@@ -150,11 +205,15 @@ class _BatchRun:
         items: Sequence[GradeItem],
         options: GradeOptions,
         held: dict[str, dict[str, Any]] | None = None,
+        memo: DecisionMemo | None = None,
     ) -> None:
         self._cache = cache
         self._observer = observer
         self._items = items
+        self._options = options
         self._held = held  # `BatchGrader.hold_stores`: entries not yet written
+        self._memo = memo
+        self._decided = memo.answers(options) if memo is not None else {}
         # Without a cache a key only tells duplicates apart within this batch, whose
         # options are one: the decision key itself does, unhashed.
         self._key_of = (
@@ -164,17 +223,24 @@ class _BatchRun:
         )
         self._digests: list[str | None] = [None] * len(items)
         self._found: dict[str, dict[str, Any]] = {}  # digest -> its cache entry
+        self._recalled: dict[str, Verdict] = {}  # digest -> its decision, memo's
         self._deciding: dict[str, int] = {}  # digest -> the position deciding it
 
     def select(self, positions: Sequence[int], preps: Sequence[ItemPrep]) -> list[bool]:
         """Called by the sandbox per prepared chunk: which items to decide."""
         key_of, digests = self._key_of, self._digests
+        found, deciding, recalled = self._found, self._deciding, self._recalled
+        decided = self._decided
         new: dict[str, None] = {}
         for position, prep in zip(positions, preps, strict=True):
             if prep.decision_key is not None:
                 digest = key_of(prep.decision_key)
                 digests[position] = digest
-                if digest not in self._found and digest not in self._deciding:
+                if digest in found or digest in deciding or digest in recalled:
+                    continue
+                if (verdict := decided.get(digest)) is not None:
+                    recalled[digest] = verdict
+                else:
                     new[digest] = None
         self._lookup(list(new))
         picks = []
@@ -182,7 +248,7 @@ class _BatchRun:
             known = digests[position]
             if known is None:
                 picks.append(True)
-            elif known in self._found or known in self._deciding:
+            elif known in found or known in deciding or known in recalled:
                 picks.append(False)
             else:
                 self._deciding[known] = position
@@ -221,6 +287,10 @@ class _BatchRun:
                 assert result.prep is not None
                 verdict = verdict_from_entry(self._found[digest], result.prep, True)
                 seconds = 0.0
+            elif digest in self._recalled:
+                assert result.prep is not None
+                recalled = self._recalled[digest]
+                verdict, seconds = _with_own_fields(recalled, result.prep, False), 0.0
             else:
                 assert result.prep is not None
                 assert digest is not None
@@ -232,9 +302,18 @@ class _BatchRun:
             verdicts.append(verdict)
             graded.append((verdict, seconds))
         self._store(results)
+        self._remember(results)
         for verdict, seconds in graded:
             self._observer.item_graded(verdict, seconds)
         return [(item.index, v) for item, v in zip(self._items, verdicts, strict=True)]
+
+    def _remember(self, results: Sequence[ItemResult]) -> None:
+        if self._memo is None:
+            return
+        for digest, position in self._deciding.items():
+            verdict = results[position].verdict
+            if verdict is not None and verdict.status not in TRANSIENT_STATUSES:
+                self._memo.remember(self._options, digest, verdict)
 
     def _store(self, results: Sequence[ItemResult]) -> None:
         if self._cache is None:  # no entries to build (a verdict's dict each)

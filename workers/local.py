@@ -48,7 +48,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from workers import verifier
-from workers.batch import BatchGrader, GradeItem, NullObserver
+from workers.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
 from workers.cache import SqliteResultCache
 from workers.childproc import (
     fork_child,
@@ -216,14 +216,18 @@ def _worker_loop(
         )
         if config.grade_fn is None:  # whole verdicts of the verifier's only
             exact = ExactLayer(cache, verifier.GRADER_VERSION)
-    grader = BatchGrader(sandbox=inline, cache=cache, exact=exact)
+    # One memo of decided answers for the worker's life (`DecisionMemo`): its
+    # batches of a few dozen rows hold few copies of an answer, its life many. The
+    # verifier's decisions only: another grade function may look past the answer.
+    memo = DecisionMemo() if config.grade_fn is None else None
+    grader = BatchGrader(sandbox=inline, cache=cache, exact=exact, memo=memo)
     # A unit's result is stored whole, once (`ExactLayer.store_unit`), and units use
     # no answer layer: a hit there still needs the response prepared and only saves
     # deciding it, and its lookups and stores cost a cold run of unique rollouts
     # more than that (measured, issue 11: some 15-20 us a rollout against 1-4 for
-    # the unit rows alone).
+    # the unit rows alone). The memo saves the same deciding for a dict lookup.
     collector = _Collector() if config.collect_graded else None
-    unit_grader = BatchGrader(sandbox=inline, cache=None, observer=collector)
+    unit_grader = BatchGrader(sandbox=inline, cache=None, observer=collector, memo=memo)
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
     held = None if cache is None else _HeldRows(cache, exact)
     try:

@@ -16,7 +16,7 @@ from redis.retry import Retry
 
 from tests.helpers import QWEN_FILE
 from workers import verifier
-from workers.batch import BatchGrader, GradeItem
+from workers.batch import BatchGrader, DecisionMemo, GradeItem
 from workers.cache import SqliteResultCache
 from workers.errors import CacheError
 from workers.models import GradeOptions, Status, Verdict
@@ -36,7 +36,7 @@ def logging_grade(
         fd = os.open(CALL_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         os.write(fd, b"x\n")
         os.close(fd)
-    if response == "hang":
+    if response.startswith("hang"):
         time.sleep(60)
     return verifier.grade(response, gold, options=options)
 
@@ -374,3 +374,71 @@ def test_batch_held_store_error_is_logged_on_flush(
     grader.flush_stores()
     assert [v.correct for _, v in results] == [False, True, False]
     assert "cache store failed" in caplog.text
+
+
+def test_batch_memo_decides_an_answer_once_across_batches(
+    sandbox: Sandbox, call_log: Path
+) -> None:
+    # Given two batches whose samples reach the same answers, with other reasoning
+    first = [GradeItem(i, f"try {i}: \\boxed{{{42 - i % 2}}}", "42") for i in range(4)]
+    second = [
+        GradeItem(10, "again \\boxed{42}", "42"),
+        GradeItem(11, "so $\\boxed{7}$", "42"),
+        GradeItem(12, "or \\boxed{41}", "42"),
+    ]
+    # When one grader with a memo grades both
+    grader = BatchGrader(sandbox=sandbox, cache=None, memo=DecisionMemo())
+    graded = grader.grade(first, OPTIONS) + grader.grade(second, OPTIONS)
+    # Then only the new answer of the second batch was decided, and every verdict
+    # is in-process grade()'s, each with its own extraction and `cached` false
+    assert calls(call_log) == 3
+    expected = [verifier.grade(it.response, it.gold) for it in first + second]
+    assert [v for _, v in graded] == expected
+    # And without a memo, the second batch decides its answers again
+    BatchGrader(sandbox=sandbox, cache=None).grade(second, OPTIONS)
+    assert calls(call_log) == 6
+
+
+def test_batch_memo_keeps_each_options_decisions_apart(
+    sandbox: Sandbox, call_log: Path
+) -> None:
+    # Given an answer found by a fallback, credited only when fallbacks count
+    items = [GradeItem(0, "after all that, the result is 12", "12")]
+    strict = GradeOptions(allow_fallback=False)
+    grader = BatchGrader(sandbox=sandbox, cache=None, memo=DecisionMemo())
+    # When the same memo serves both options
+    lenient = grader.grade(items, OPTIONS)
+    strictly = grader.grade(items, strict)
+    # Then each options decided it, and each verdict is grade()'s under them
+    assert calls(call_log) == 2
+    assert lenient == [(0, verifier.grade(items[0].response, "12", options=OPTIONS))]
+    assert strictly == [(0, verifier.grade(items[0].response, "12", options=strict))]
+    assert lenient[0][1].correct != strictly[0][1].correct
+
+
+def test_batch_memo_forgets_no_timeout(call_log: Path) -> None:
+    # Given a keyed answer whose deciding hangs past the item deadline
+    items = [GradeItem(0, "hang \\boxed{5}", "5")]
+    assert verifier.prepare(items[0].response, "5").decision_key is not None
+    with Sandbox(
+        item_timeout_s=0.3, item_memory_bytes=256 * MIB, grade_fn=logging_grade
+    ) as box:
+        grader = BatchGrader(sandbox=box, cache=None, memo=DecisionMemo())
+        first = grader.grade(items, OPTIONS)
+        second = grader.grade(items, OPTIONS)
+    # Then the second batch decided it again: a timeout is the load's, not the answer's
+    assert calls(call_log) == 2
+    assert [v.status for _, v in first + second] == [Status.TIMEOUT] * 2
+
+
+def test_decision_memo_starts_over_once_full() -> None:
+    verdict = verifier.grade("\\boxed{1}", "1")
+    memo = DecisionMemo(max_entries=2, max_chars=1_000)
+    for key in ("a", "b", "c"):
+        memo.remember(OPTIONS, key, verdict)
+    assert memo.answers(OPTIONS) == {"c": verdict}
+    # Characters bound it too: a long key fills it at once
+    memo.remember(OPTIONS, "k" * 999, verdict)
+    memo.remember(GradeOptions(approximate=True), "d", verdict)
+    assert memo.answers(OPTIONS) == {}
+    assert memo.answers(GradeOptions(approximate=True)) == {"d": verdict}

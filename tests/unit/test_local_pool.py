@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import random
 import sqlite3
 import time
 from pathlib import Path
@@ -64,6 +65,21 @@ def test_local_pool_equals_in_process_grading_on_real_data() -> None:
     expected = [verifier.grade(it.response, it.gold, options=OPTIONS) for it in items]
     with make_pool(grade_fn=None, batch_size=50) as pool:
         assert pool.grade(items, OPTIONS) == expected
+
+
+def test_local_pool_answers_repeated_across_batches_grade_as_in_process() -> None:
+    # Given real rollouts shuffled, so a prompt's samples (which mostly reach the
+    # same answers) fall in different small batches of one worker, whose memo of
+    # decided answers (`DecisionMemo`) then answers most of them
+    items = real_rollouts()
+    random.Random(5).shuffle(items)
+    items = [GradeItem(i, it.response, it.gold) for i, it in enumerate(items)]
+    expected = [verifier.grade(it.response, it.gold, options=OPTIONS) for it in items]
+    # When one worker grades them in batches of 16
+    with make_pool(grade_fn=None, processes=1, batch_size=16) as pool:
+        graded = pool.grade(items, OPTIONS)
+    # Then each verdict is in-process grade()'s: own extraction, `cached` false
+    assert graded == expected
 
 
 def test_local_pool_hostile_item_times_out_and_neighbours_are_graded() -> None:
