@@ -94,7 +94,9 @@ class DecisionMemo:
     worker's batches are 64 rows, in which few of a prompt's samples meet. Deciding
     costs some 9 us a rollout on average (SymPy's cases far more), a hit here one
     dict lookup and a verdict built. Final verdicts only: a timeout or memory kill
-    is the load's, and a worker lost to one takes its memo with it anyway.
+    is the load's, and a worker lost to one takes its memo with it anyway. Its hits
+    say `cached=False`, so it goes with no answer cache, whose hits say True
+    (`workers.local` gives it to the graders without one).
     """
 
     def __init__(

@@ -219,8 +219,11 @@ def _worker_loop(
     # One memo of decided answers for the worker's life (`DecisionMemo`): its
     # batches of a few dozen rows hold few copies of an answer, its life many. The
     # verifier's decisions only: another grade function may look past the answer.
+    # Not in front of an answer cache, whose hits say `cached` (a memo's do not).
     memo = DecisionMemo() if config.grade_fn is None else None
-    grader = BatchGrader(sandbox=inline, cache=cache, exact=exact, memo=memo)
+    grader = BatchGrader(
+        sandbox=inline, cache=cache, exact=exact, memo=memo if cache is None else None
+    )
     # A unit's result is stored whole, once (`ExactLayer.store_unit`), and units use
     # no answer layer: a hit there still needs the response prepared and only saves
     # deciding it, and its lookups and stores cost a cold run of unique rollouts
