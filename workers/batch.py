@@ -105,27 +105,38 @@ class DecisionMemo:
         self._max_entries = max_entries
         self._max_chars = max_chars
         self._by_options: dict[GradeOptions, dict[str, Verdict]] = {}
-        self._entries = 0
-        self._chars = 0
+        self._entries = 0  # answers, and a table per options (a service's requests
+        self._chars = 0  # choose options: each new one must count against the bound)
+
+    @property
+    def entries(self) -> int:
+        """Answers held, and one a table of an options."""
+        return self._entries
 
     def answers(self, options: GradeOptions) -> dict[str, Verdict]:
         """The decided answers under `options`, by key (read-only: `remember` adds)."""
         answers = self._by_options.get(options)
         if answers is None:
+            self._make_room(0)
             answers = self._by_options[options] = {}
+            self._entries += 1
         return answers
 
     def remember(self, options: GradeOptions, key: str, verdict: Verdict) -> None:
         chars = len(key) + len(verdict.extracted or "")
-        if self._entries >= self._max_entries or self._chars + chars > self._max_chars:
-            for answers in self._by_options.values():  # kept: batches hold them
-                answers.clear()
-            self._entries = self._chars = 0
+        self._make_room(chars)
         answers = self.answers(options)
         if key not in answers:
             self._entries += 1
             self._chars += chars
         answers[key] = verdict
+
+    def _make_room(self, chars: int) -> None:
+        """Start over when full: a batch still holding a table it was given finds
+        nothing more in it (it is no longer filled), as in an empty memo."""
+        if self._entries >= self._max_entries or self._chars + chars > self._max_chars:
+            self._by_options = {}
+            self._entries = self._chars = 0
 
 
 class BatchGrader:

@@ -433,12 +433,18 @@ def test_batch_memo_forgets_no_timeout(call_log: Path) -> None:
 
 def test_decision_memo_starts_over_once_full() -> None:
     verdict = verifier.grade("\\boxed{1}", "1")
-    memo = DecisionMemo(max_entries=2, max_chars=1_000)
+    approximate = GradeOptions(approximate=True)
+    memo = DecisionMemo(max_entries=3, max_chars=1_000)
+    # Entries bound it: a table of an options counts as one, each answer as one
     for key in ("a", "b", "c"):
         memo.remember(OPTIONS, key, verdict)
     assert memo.answers(OPTIONS) == {"c": verdict}
-    # Characters bound it too: a long key fills it at once
+    # Characters bound it too (key and extracted text): a long key fills it at once
     memo.remember(OPTIONS, "k" * 999, verdict)
-    memo.remember(GradeOptions(approximate=True), "d", verdict)
+    memo.remember(approximate, "d", verdict)
+    assert memo.answers(approximate) == {"d": verdict}
     assert memo.answers(OPTIONS) == {}
-    assert memo.answers(GradeOptions(approximate=True)) == {"d": verdict}
+    # And options a service's callers choose cannot grow it past the bound
+    for k in range(50):
+        memo.answers(GradeOptions(rel_tol=1e-6 * (k + 1)))
+        assert memo.entries <= 3
