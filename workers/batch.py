@@ -7,7 +7,7 @@ Shared by the Celery task and the embedded local pool, so both give identical ve
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -300,14 +300,12 @@ class _BatchRun:
                 assert result.prep is not None
                 verdict = verdict_from_entry(self._found[digest], result.prep, True)
                 seconds = 0.0
-            elif digest in self._recalled:
-                assert result.prep is not None
-                recalled = self._recalled[digest]
-                verdict, seconds = _with_own_fields(recalled, result.prep, False), 0.0
-            else:
+            else:  # a copy of an answer this batch decided, or the memo held
                 assert result.prep is not None
                 assert digest is not None
-                decided = results[self._deciding[digest]].verdict
+                decided = self._recalled.get(digest)
+                if decided is None:
+                    decided = results[self._deciding[digest]].verdict
                 assert decided is not None
                 verdict, seconds = _with_own_fields(decided, result.prep, False), 0.0
             item = self._items[position]  # as grade() ends: texts, not answers
@@ -320,22 +318,29 @@ class _BatchRun:
             self._observer.item_graded(verdict, seconds)
         return [(item.index, v) for item, v in zip(self._items, verdicts, strict=True)]
 
-    def _remember(self, results: Sequence[ItemResult]) -> None:
-        if self._memo is None:
-            return
+    def _final_decisions(
+        self, results: Sequence[ItemResult]
+    ) -> Iterator[tuple[str, Verdict]]:
+        """(digest, verdict) of each answer this batch decided, timeouts and other
+        transient verdicts left out: what the cache and the memo keep."""
         for digest, position in self._deciding.items():
             verdict = results[position].verdict
             if verdict is not None and verdict.status not in TRANSIENT_STATUSES:
-                self._memo.remember(self._options, digest, verdict)
+                yield digest, verdict
+
+    def _remember(self, results: Sequence[ItemResult]) -> None:
+        if self._memo is None:
+            return
+        for digest, verdict in self._final_decisions(results):
+            self._memo.remember(self._options, digest, verdict)
 
     def _store(self, results: Sequence[ItemResult]) -> None:
         if self._cache is None:  # no entries to build (a verdict's dict each)
             return
-        entries = {}
-        for digest, position in self._deciding.items():
-            verdict = results[position].verdict
-            if verdict is not None and verdict.status not in TRANSIENT_STATUSES:
-                entries[digest] = cache_entry(verdict)
+        entries = {
+            digest: cache_entry(verdict)
+            for digest, verdict in self._final_decisions(results)
+        }
         if not entries:
             return
         if self._held is not None:
