@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -89,7 +89,7 @@ def _json_value(raw: str | bytes) -> Any:
 
 
 def stored_unit(raw: str | bytes) -> Any:
-    """What `ExactLayer.store_unit` kept, from its stored text; None if malformed."""
+    """What `ExactLayer.store_units` kept, from its stored text; None if malformed."""
     stored = _json_value(raw)
     return stored.get("unit") if isinstance(stored, dict) else None
 
@@ -195,10 +195,16 @@ class ExactLayer:
         """
         return self._cache.get_values(list(dict.fromkeys(keys)))
 
-    def store_unit(self, key: str, stored: Any) -> None:
-        """Store JSON for a unit (its rows' verdicts: the CLI renders them again).
+    @staticmethod
+    def unit_text(stored: Any) -> str:
+        """What `store_units` keeps for a unit, from JSON for it (its rows'
+        verdicts: the CLI renders them again); `stored_unit` reads it back."""
+        return json_text({"unit": stored})
+
+    def store_units(self, texts: Mapping[str, str]) -> None:
+        """Store units' `unit_text` by unit key.
 
         Raises:
             CacheError: the store failed.
         """
-        self._cache.set_values({key: json_text({"unit": stored})})
+        self._cache.set_values(texts)

@@ -116,9 +116,9 @@ _REPLY_PIPE_BYTES = 1 << 20
 # free. So the rows are built and written between the CLI's chunks, not between
 # units nor while the pool closes at the end of the run, the CLI waiting.
 _IDLE_FLUSH_S = 0.005
-# Graded units whose cache rows a worker holds at most before building them (a
-# 20,000-line chunk is ~160 units a worker of 2); each holds its rows' verdict
-# values, a few KB.
+# Graded units whose cache rows a worker holds at most before writing them (a
+# 20,000-line chunk is ~160 units a worker of 2); each holds its rows' JSON text,
+# some 8 KB.
 _HELD_UNITS = 256
 # Deaths the item in the slot caused itself (an abort, a segfault); a SIGKILL or
 # SIGTERM from elsewhere (an operator, the OOM killer) says nothing about the item,
@@ -224,7 +224,7 @@ def _worker_loop(
     grader = BatchGrader(
         sandbox=inline, cache=cache, exact=exact, memo=memo if cache is None else None
     )
-    # A unit's result is stored whole, once (`ExactLayer.store_unit`), and units use
+    # A unit's result is stored whole, once (`ExactLayer.store_units`), and units use
     # no answer layer: a hit there still needs the response prepared and only saves
     # deciding it, and its lookups and stores cost a cold run of unique rollouts
     # more than that (measured, issue 11: some 15-20 us a rollout against 1-4 for
@@ -237,6 +237,7 @@ def _worker_loop(
         while (frame := read_body_frame(to_fd)) is not None:
             message, body = frame
             inline.batch = message["batch"]
+            to_hold = None
             if "unit" in message:
                 assert config.unit_fn is not None
                 send_kept = _kept_sender(from_fd, message["batch"])
@@ -250,8 +251,8 @@ def _worker_loop(
                 )
                 result, body = config.unit_fn(message["unit"], body, grade)
                 stored = result.pop("store", None) if isinstance(result, dict) else None
-                if held is not None and key is not None and grade.final:
-                    held.hold(key, stored)
+                if key is not None and grade.final:
+                    to_hold = (key, stored)
                 reply: dict[str, Any] = {"unit": result}
             else:
                 items = [GradeItem(i, r, g) for i, r, g in message["items"]]
@@ -262,6 +263,8 @@ def _worker_loop(
             slot.idle()
             reply["batch"] = message["batch"]
             write_body_frame(from_fd, reply, body)
+            if held is not None and to_hold is not None:  # after the answer: the
+                held.hold(*to_hold)  # caller does not wait for it
             if held is not None and held.waiting and _idle(to_fd):
                 held.write()
     finally:
@@ -293,22 +296,23 @@ class _HeldRows:
     """A worker's cache work, done once it is idle (`_idle`: between the caller's
     calls, e.g. while the CLI writes a chunk's output and reads the next), not
     between a unit's reply and the next unit: the rows of the units it graded
-    (built then, from what each unit offered to store) and the rows written
-    behind (`SqliteResultCache.flush`, then a checkpoint). Issue 11: built and
-    stored as each unit was answered, they were 2-3% of a cold run's CPU on
-    the pool's critical path, and the last rows were written while the pool
-    closed, the CLI waiting."""
+    and the rows written behind (`SqliteResultCache.flush`, then a checkpoint).
+    Issue 11: stored as each unit was answered, they were 2-3% of a cold run's
+    CPU on the pool's critical path, and the last rows were written while the
+    pool closed, the CLI waiting. A unit's row is held as its JSON text, made
+    once the unit is answered: held as its rows' values, a few dozen lists a
+    unit, they kept Python's garbage collector busy (13 ms of a worker's 1.1 s)."""
 
     def __init__(self, cache: SqliteResultCache, exact: ExactLayer | None) -> None:
         self._cache = cache
         self._exact = exact
-        self._units: list[tuple[str, Callable[[], Any]]] = []
+        self._units: dict[str, str] = {}
 
     def hold(self, key: str, stored: Callable[[], Any] | None) -> None:
         """Keep a graded unit's row for later (`run_units`'s "store")."""
         if self._exact is None or stored is None:
             return
-        self._units.append((key, stored))
+        self._units[key] = self._exact.unit_text(stored())
         if len(self._units) >= _HELD_UNITS:  # a caller that is never idle
             self.write(flush=False)
 
@@ -319,11 +323,13 @@ class _HeldRows:
     def write(self, *, flush: bool = True) -> None:
         """Store the held units' rows; with `flush`, write out everything held
         back (logged on failure: those rollouts are graded again next time)."""
-        units, self._units = self._units, []
+        units, self._units = self._units, {}
         if units:
             assert self._exact is not None  # units are held only with one (`hold`)
-            for key, stored in units:
-                _store_unit(self._exact, key, stored)
+            try:
+                self._exact.store_units(units)
+            except CacheError as exc:  # they are graded again next time
+                log.warning("unit cache store failed: %s", exc)
         if flush:
             try:
                 self._cache.flush()
@@ -347,14 +353,6 @@ def _looked_up(exact: ExactLayer, key: str) -> str | None:
     except CacheError as exc:
         log.warning("unit cache lookup failed: %s", exc)
         return None
-
-
-def _store_unit(exact: ExactLayer, key: str, stored: Callable[[], Any]) -> None:
-    """Keep what a unit's result offered to store (see `run_units`)."""
-    try:
-        exact.store_unit(key, stored())
-    except CacheError as exc:  # it is graded again next time
-        log.warning("unit cache store failed: %s", exc)
 
 
 class _UnitGrading:
