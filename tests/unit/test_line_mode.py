@@ -41,7 +41,7 @@ from tests.helpers import (
     mixed_lines,
     real_rollouts,
 )
-from workers import verifier
+from workers import local, verifier
 from workers.cache import SqliteResultCache
 from workers.exact_cache import ExactLayer
 from workers.local import GradePairs, LocalPool
@@ -423,6 +423,53 @@ def test_line_mode_workers_look_units_up_themselves_under_the_clis_keys(
         shown = [json.loads(line) for line in result[1].splitlines()]
         assert all(r["cached"] is (index != 3) for r in shown)
     assert json.loads(edited[3][1].splitlines()[0])["correct"] is True
+
+
+def test_line_mode_workers_after_a_run_of_misses_probe_until_one_is_found(
+    tmp_path: Path,
+) -> None:
+    # Given units graded and stored, and new units that come before them, more of
+    # them than a worker misses before it only probes (one worker: in order)
+    path = tmp_path / "c.db"
+    _lines, stored = _boxed_units(5 * 40)
+    fresh = [
+        line_unit(
+            [
+                (
+                    n,
+                    json.dumps(
+                        {"response": f"{n} is \\boxed{{{n}}}", "gold": "1"}
+                    ).encode(),
+                )
+                for n in range(i, i + 5)
+            ],
+            FieldSpec(),
+            OPTIONS,
+        )
+        for i in range(1000, 1000 + 5 * (local._MISSES_BEFORE_PROBING + 4), 5)
+    ]
+    with _pool(processes=1, cache_path=path) as pool:
+        first = pool.run_units(stored, [5] * len(stored), look_up=True)
+    # When all are run, the workers looking them up
+    units = fresh + stored
+    with _pool(processes=1, cache_path=path) as pool:
+        again = pool.run_units(units, [5] * len(units), look_up=True)
+    # Then the stored units before the first probe are graded again, the rest are
+    # found (once one is, every unit is looked up), and all give the same rows
+    misses = len(fresh) - local._MISSES_BEFORE_PROBING
+    first_found = -misses % local._PROBE_EVERY
+    assert 0 < first_found < local._PROBE_EVERY
+    cached = [result[0]["totals"]["cached"] for result in again if result is not None]
+    assert cached == [0] * (len(fresh) + first_found) + [5] * (
+        len(stored) - first_found
+    )
+    for before, after in zip(first, again[len(fresh) :], strict=True):
+        assert before is not None
+        assert after is not None
+        shown = [
+            {**json.loads(line), "cached": False} for line in after[1].splitlines()
+        ]
+        assert shown == [json.loads(line) for line in before[1].splitlines()]
 
 
 def test_line_mode_unit_kept_without_the_cached_field_is_graded_again() -> None:
