@@ -15,14 +15,16 @@ verdicts by the raw texts, so a file graded before is answered without extractin
 Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`, 60,760
 rollouts, 2 cores, issue 11): per rollout, a row cost the cold run some 15 us a
 rollout (hash, lookup, one SQLite insert each) and the file 491 bytes a rollout with
-the answer layer; per unit, 133 bytes a rollout, the cold run 0.92-0.98x of one
-without the cache run beside it (the workers hash and look up each unit, some 50
-and 60-90 us a unit, and build and write its rows, ~80 us, those while they
-would idle: ~5% more CPU in all), and a re-graded file 2.8-3.7x faster than
-its cold run. Storing a unit's output lines instead (1 KB a rollout) made re-grades
-5x but cost the cold run 12 us a rollout in JSON escaping and SQLite writes
-(0.85x): not worth it. Kept to the embedded cache: on a fleet the rows would go to
-the Redis that also carries the broker's queues.
+the answer layer; per unit, 132 bytes a rollout, the cold run 0.96-0.97x of one
+without the cache run beside it (a worker hashes each unit, ~36 us, looks up only
+some (`workers.local._Probes`), builds its row's text after the reply, ~15 us, and
+writes it while it would idle, ~60 us with the checkpoint: ~4.5% more CPU in
+all, which on two busy cores is the time lost; hashing while idle too measured no
+faster), and a re-graded file 3.0-3.1x faster than its cold run. Storing a unit's
+output lines instead (1 KB a rollout) made re-grades 5x but cost the cold run 12 us
+a rollout in JSON escaping and SQLite writes (0.85x): not worth it. Kept to the
+embedded cache: on a fleet the rows would go to the Redis that also carries the
+broker's queues.
 """
 
 from __future__ import annotations
