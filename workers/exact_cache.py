@@ -41,7 +41,7 @@ from workers.cache import SqliteResultCache
 from workers.jsontext import json_text
 from workers.models import GradeOptions, Verdict, is_final
 
-__all__ = ["ExactLayer", "exact_keyer", "stored_unit"]
+__all__ = ["ExactLayer", "exact_keyer", "stored_unit", "unit_text"]
 
 # Domain separation: no exact key can equal an answer-layer key (whose hashed JSON
 # starts with '{"decision_key":').
@@ -88,6 +88,12 @@ def _json_value(raw: str | bytes) -> Any:
             return json.loads(raw)  # an escaped lone surrogate (see `json_text`)
         except ValueError:
             return None
+
+
+def unit_text(stored: Any) -> str:
+    """What `ExactLayer.store_units` keeps for a unit, from JSON for it (its rows'
+    verdicts: the CLI renders them again); `stored_unit` reads it back."""
+    return json_text({"unit": stored})
 
 
 def stored_unit(raw: str | bytes) -> Any:
@@ -196,12 +202,6 @@ class ExactLayer:
             CacheError: the lookup failed.
         """
         return self._cache.get_values(list(dict.fromkeys(keys)))
-
-    @staticmethod
-    def unit_text(stored: Any) -> str:
-        """What `store_units` keeps for a unit, from JSON for it (its rows'
-        verdicts: the CLI renders them again); `stored_unit` reads it back."""
-        return json_text({"unit": stored})
 
     def store_units(self, texts: Mapping[str, str]) -> None:
         """Store units' `unit_text` by unit key.

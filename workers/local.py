@@ -61,7 +61,7 @@ from workers.childproc import (
     write_body_frame,
 )
 from workers.errors import CacheError, DeadlineError, SandboxError
-from workers.exact_cache import ExactLayer
+from workers.exact_cache import ExactLayer, unit_text
 from workers.inline import InlineGrader
 from workers.models import (
     GradeOptions,
@@ -322,7 +322,7 @@ class _HeldRows:
         """Keep a graded unit's row for later (`run_units`'s "store")."""
         if self._exact is None or stored is None:
             return
-        self._units[key] = self._exact.unit_text(stored())
+        self._units[key] = unit_text(stored())
         if len(self._units) >= _HELD_UNITS:  # a caller that is never idle
             self.write(flush=False)
 
