@@ -15,8 +15,10 @@ verdicts by the raw texts, so a file graded before is answered without extractin
 Worth its space for eval re-runs, measured (`tests/bench/bench_overhead.py`, 60,760
 rollouts, 2 cores, issue 11): per rollout, a row cost the cold run some 15 us a
 rollout (hash, lookup, one SQLite insert each) and the file 491 bytes a rollout with
-the answer layer; per unit, 132 bytes a rollout, the cold run 0.96-0.97x of one
-without the cache run beside it (a worker hashes each unit, ~36 us, looks up only
+the answer layer; per unit, 132 bytes a rollout, the cold run 0.94-0.97x of one
+without the cache run beside it (`tests/bench/bench_cache_phases.py` says where:
+a worker's CPU +55 ms, ~15 of it unit keys, ~30 held rows; a worker hashes each
+unit, ~36 us, looks up only
 some (`workers.local._Probes`), builds its row's text after the reply, ~15 us, and
 writes it while it would idle, ~60 us with the checkpoint: ~4.5% more CPU in
 all, which on two busy cores is the time lost; hashing while idle too measured no
