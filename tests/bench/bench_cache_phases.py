@@ -18,7 +18,8 @@ each run's CPU per pool worker and its page faults.
 it costs (bench only, by patching the workers, which are forked from the patched
 CLI): `hash`, every unit key a random one in place of sha256 of the unit
 (lookups miss, as they do in a cold run); `held`, no unit rows built or stored;
-`checkpoint`, no WAL checkpoint in the workers.
+`checkpoint`, none of the workers' own WAL checkpoints between chunks (SQLite's
+automatic one, once the WAL passes 1,000 pages, still runs in their commits).
 """
 
 from __future__ import annotations
