@@ -28,7 +28,6 @@ import argparse
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -36,8 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_overhead import ITEM_TIMEOUT_S, _env, write_input
-from fleet_procs import REPO_ROOT
+from bench_overhead import cli_run, write_input
 
 # The CLI, with marks at its phases and each worker's CPU written at its exit. Runs
 # as `python -c`: argv[1] is the comma-separated `--without` list, then the CLI's.
@@ -100,7 +98,6 @@ cli.main()
 
 _MARK = re.compile(r"MARK ([0-9.]+) (\S+) (start|end)")
 _WORKER = re.compile(r"WORKER ([0-9.]+) (\d+)")
-_WALL = re.compile(r"wall time\s+([0-9.]+) s")
 _WITHOUT = ("hash", "held", "checkpoint")  # what the driver can take out
 _PHASES = ("before warm-up", "warm-up", "grading", "gaps", "tail")
 
@@ -109,30 +106,16 @@ def run_phases(
     src: Path, out: Path, without: str, args: Sequence[str]
 ) -> dict[str, float]:
     """One CLI run: ms in each phase, ms of CPU and page faults per worker, wall."""
-    done = subprocess.run(
-        [
-            *(sys.executable, "-c", _DRIVER, without),
-            *("grade", str(src), "-o", str(out), "--processes", "2"),
-            *("--item-timeout-s", str(ITEM_TIMEOUT_S), *args),
-        ],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-    )
-    wall = _WALL.search(done.stderr)
-    if done.returncode != 0 or wall is None:
-        raise SystemExit(f"gradefleet failed ({done.returncode}):\n{done.stderr}")
+    driver = [sys.executable, "-c", _DRIVER, without]
+    wall_s, stderr = cli_run(src, out, "--processes", "2", *args, program=driver)
     at: dict[str, list[float]] = {}
-    for at_s, name, edge in _MARK.findall(done.stderr):
+    for at_s, name, edge in _MARK.findall(stderr):
         at.setdefault(f"{name} {edge}", []).append(float(at_s) * 1000)
     starts, ends = at["run_line_units start"], at["run_line_units end"]
     warm_ms = at["warm_up_verifier end"][0] - at["warm_up_verifier start"][0]
-    workers = [
-        (float(cpu), int(faults)) for cpu, faults in _WORKER.findall(done.stderr)
-    ]
+    workers = [(float(cpu), int(faults)) for cpu, faults in _WORKER.findall(stderr)]
     return {
-        "wall": float(wall.group(1)) * 1000,
+        "wall": wall_s * 1000,
         "before warm-up": at["warm_up_verifier start"][0],
         "warm-up": warm_ms,
         # The first call starts the pool: its warm-up is not grading.

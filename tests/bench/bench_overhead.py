@@ -114,7 +114,15 @@ def plain_loop_s(src: Path, dst: Path) -> float:
 
 def cli_s(src: Path, dst: Path, *args: str) -> float:
     """Wall seconds of `gradefleet grade` as its summary reports them."""
-    command = [*_CLI, "grade", str(src), "-o", str(dst)]
+    return cli_run(src, dst, *args)[0]
+
+
+def cli_run(
+    src: Path, dst: Path, *args: str, program: Sequence[str] = _CLI
+) -> tuple[float, str]:
+    """`gradefleet grade` (started as `program`): wall seconds as its summary
+    reports them, and its stderr."""
+    command = [*program, "grade", str(src), "-o", str(dst)]
     done = subprocess.run(
         [*command, "--item-timeout-s", str(ITEM_TIMEOUT_S), *args],
         env=_env(),
@@ -125,7 +133,7 @@ def cli_s(src: Path, dst: Path, *args: str) -> float:
     match = _WALL.search(done.stderr)
     if done.returncode != 0 or match is None:
         raise SystemExit(f"gradefleet failed ({done.returncode}):\n{done.stderr}")
-    return float(match.group(1))
+    return float(match.group(1)), done.stderr
 
 
 class Fleet:
