@@ -10,6 +10,7 @@ whose fields the alias tables already know (`resps`, `target`, `doc_id`).
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
@@ -175,12 +176,27 @@ class RecordWriter(Protocol):
     def write(self, record: Mapping[str, Any]) -> None: ...
 
 
+# Output written since the kernel was last told to start writing it to disk.
+WRITEBACK_BYTES = 8 << 20
+
+
 class JsonlWriter:
-    def __init__(self, handle: IO[str]) -> None:
+    """JSONL records and line-mode workers' lines into `handle`. With `writeback`
+    (a file that is fsynced when done, `atomic_output`), each `WRITEBACK_BYTES`
+    written are handed to the kernel's writeback at once, so that fsync waits for
+    the last few MiB, not the whole file: on a 59 MB output, 15 ms of writing
+    and syncing against 35 (median of 8, this machine's disk; issue 11)."""
+
+    def __init__(self, handle: IO[str], *, writeback: bool = False) -> None:
         self._handle = handle
+        self._writeback = writeback
+        self._unsent = 0  # bytes, roughly (text counts characters)
+        self._sent_to = 0  # the file offset written back from
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._handle.write(dump_line(record))
+        line = dump_line(record)
+        self._handle.write(line)
+        self._grew(len(line))
 
     def write_lines(self, data: bytes) -> None:
         """Lines `dump_line` wrote elsewhere (a line-mode worker), UTF-8, as they
@@ -192,6 +208,29 @@ class JsonlWriter:
             return
         self._handle.flush()
         buffer.write(data)
+        self._grew(len(data))
+
+    def _grew(self, size: int) -> None:
+        if not self._writeback:
+            return
+        self._unsent += size
+        if self._unsent < WRITEBACK_BYTES:
+            return
+        self._unsent = 0
+        handle = self._handle
+        try:
+            handle.flush()
+            end = handle.buffer.tell()  # type: ignore[attr-defined]
+            # For DONTNEED, Linux starts writing the range's dirty pages back, not
+            # waiting for it, and drops only its pages already on disk (few: these
+            # were written just now); elsewhere it is a hint at most.
+            os.posix_fadvise(
+                handle.fileno(), self._sent_to, end - self._sent_to,
+                os.POSIX_FADV_DONTNEED,
+            )  # fmt: skip
+            self._sent_to = end
+        except (AttributeError, OSError, ValueError):  # no such call, not a file
+            self._writeback = False
 
 
 class _ParquetWriter:
@@ -260,7 +299,7 @@ def open_output(path: str) -> Iterator[RecordWriter]:
     standard output). Readers see the old file or the whole new one."""
     if not path.endswith(".parquet"):
         with atomic_output(path) as handle:
-            yield JsonlWriter(handle)
+            yield JsonlWriter(handle, writeback=path != "-")
         return
     with atomic_path(path) as tmp_name:
         writer = _ParquetWriter(tmp_name)

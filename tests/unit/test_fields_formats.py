@@ -4,6 +4,7 @@ overrides, prompt keys; JSONL / Parquet / Inspect detected by content; Parquet o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from producer import formats
 from producer.batching import InputRow, LineError, expand_records, rows_from_record
 from producer.errors import InputFormatError
 from producer.fields import FieldSpec, prompt_key, record_id
-from producer.formats import InputFormat, detect_format, iter_records, open_output
+from producer.formats import (
+    InputFormat,
+    JsonlWriter,
+    detect_format,
+    iter_records,
+    open_output,
+)
 from tests.helpers import QWEN_FILE as QWEN
 
 
@@ -228,3 +236,39 @@ def test_formats_inspect_eval_log_read_through_its_log_api(tmp_path: Path):
     assert got["q2", 0].gold == "5"
     assert got["q2", 0].alt_golds == ("five",)
     assert prompt_key(got["q1", 1].record, FieldSpec()) == ("prompt_id", "q1")
+
+
+@pytest.mark.parametrize("writeback_bytes", [1, 4096, 1 << 40])
+def test_formats_jsonl_output_handed_to_writeback_is_written_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writeback_bytes: int
+) -> None:
+    # Given records and workers' raw lines written in turn, the kernel told to
+    # write the file back every few bytes, every page or never
+    monkeypatch.setattr(formats, "WRITEBACK_BYTES", writeback_bytes)
+    out = tmp_path / "out.jsonl"
+    want = []
+    with open_output(str(out)) as writer:
+        assert isinstance(writer, JsonlWriter)
+        for i in range(300):
+            record = {"i": i, "text": "é" * (i % 50)}
+            writer.write(record)
+            raw = json.dumps({"raw": i}).encode() + b"\n"
+            writer.write_lines(raw)
+            want += [record, {"raw": i}]
+    # Then the file holds every line, in order
+    assert [json.loads(line) for line in out.read_text().splitlines()] == want
+
+
+def test_formats_jsonl_writeback_on_a_pipe_is_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a writer with writeback on a pipe (no pages to write back)
+    monkeypatch.setattr(formats, "WRITEBACK_BYTES", 1)
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "w") as handle:
+        writer = JsonlWriter(handle, writeback=True)
+        # When lines go through it, then they arrive whole, nothing raised
+        writer.write({"a": 1})
+        writer.write_lines(b'{"b": 2}\n')
+        handle.close()
+        assert reader.read() == b'{"a":1}\n{"b": 2}\n'
