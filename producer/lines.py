@@ -48,8 +48,8 @@ from producer.batching import (
     grade_alternatives,
     grade_in_place,
     graded_values,
-    parse_line,
-    parse_record,
+    read_line,
+    read_record,
     usual_layout,
     verdict_values,
 )
@@ -106,22 +106,33 @@ def parse_lines(
     lines: Iterable[Line], spec: FieldSpec
 ) -> tuple[list[InputRow], list[LineError]]:
     """The rows of raw lines, as item mode reads them, and the malformed lines."""
+    rows, errors, _floats = _parsed_lines(lines, spec)
+    return rows, errors
+
+
+def _parsed_lines(
+    lines: Iterable[Line], spec: FieldSpec
+) -> tuple[list[InputRow], list[LineError], bool]:
+    """`parse_lines`, and whether a row's record may hold a float (`read_line`)."""
     rows: list[InputRow] = []
     errors: list[LineError] = []
+    floats = False
     for line_no, raw in lines:
-        parsed = parse_line(raw, line_no, spec)
+        parsed, may_float = read_line(raw, line_no, spec)
         if isinstance(parsed, LineError):
             errors.append(parsed)
         elif parsed is not None:
             rows.extend(parsed)
-    return rows, errors
+            floats = floats or may_float
+    return rows, errors, floats
 
 
-def _unit_rows(unit: Any, body: bytes) -> tuple[list[InputRow], list[list[Any]]]:
-    """A unit's rows, and its malformed lines as [line number, reason] (JSON)."""
+def _unit_rows(unit: Any, body: bytes) -> tuple[list[InputRow], list[list[Any]], bool]:
+    """A unit's rows, its malformed lines as [line number, reason] (JSON), and
+    whether a row's record may hold a float."""
     spec = FieldSpec(response=unit["spec"][0], gold=unit["spec"][1])
-    rows, errors = parse_lines(_unit_lines(unit, body), spec)
-    return rows, [[error.line_no, error.reason] for error in errors]
+    rows, errors, floats = _parsed_lines(_unit_lines(unit, body), spec)
+    return rows, [[error.line_no, error.reason] for error in errors], floats
 
 
 def _unit_lines(unit: Any, body: bytes) -> Iterator[Line]:
@@ -132,24 +143,28 @@ def _unit_lines(unit: Any, body: bytes) -> Iterator[Line]:
 
 
 def _render(
-    rows: Sequence[InputRow], value_rows: Sequence[Sequence[Any]]
+    rows: Sequence[InputRow], value_rows: Sequence[Sequence[Any]], floats: bool
 ) -> tuple[dict[str, Any], bytes]:
     """The output lines of rows with their verdicts (`verdict_values`), and their
-    totals."""
+    totals; `floats`: whether a row's record may hold a float."""
     graded = (
         graded_values(row, values) for row, values in zip(rows, value_rows, strict=True)
     )
-    return _rendered(value_rows, graded)
+    return _rendered(value_rows, graded, floats)
 
 
 def _rendered(
-    value_rows: Sequence[Sequence[Any]], graded: Iterable[dict[str, Any]]
+    value_rows: Sequence[Sequence[Any]], graded: Iterable[dict[str, Any]], floats: bool
 ) -> tuple[dict[str, Any], bytes]:
     """The totals of verdicts given as `verdict_values`, and their output objects
-    as lines."""
+    as lines (`floats`: whether one may hold a float; verdicts hold none)."""
     summary = Summary()
     summary.count_values(value_rows)
-    return summary.totals(), b"".join(map(dump_line_bytes, graded))
+    if floats:
+        return summary.totals(), b"".join(map(dump_line_bytes, graded))
+    return summary.totals(), b"".join(
+        dump_line_bytes(record, floats=False) for record in graded
+    )
 
 
 def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
@@ -165,14 +180,14 @@ def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, byt
         if replayed is not None:
             return replayed
     options = GradeOptions.from_dict(unit["options"])
-    rows, errors = _unit_rows(unit, body)
+    rows, errors, floats = _unit_rows(unit, body)
 
     def grade_rows(todo: Sequence[InputRow], _advance: object) -> list[Any]:
         return grade([(row.response, row.gold) for row in todo], options)
 
     verdicts = grade_alternatives(rows, grade_rows, lambda _n: None)
     value_rows = [verdict_values(verdict) for verdict in verdicts]
-    totals, out = _render(rows, value_rows)
+    totals, out = _render(rows, value_rows, floats)
 
     def keep() -> dict[str, Any]:
         return {"fields": _STORED_FIELDS, "rows": value_rows}
@@ -185,7 +200,9 @@ def render_unit(
 ) -> tuple[dict[str, Any], bytes]:
     """A unit's result as `grade_line_unit` gives it (without what the cache
     keeps), from its rows' verdicts: a fleet's line-mode task renders with this."""
-    totals, out = _render(rows, [verdict_values(verdict) for verdict in verdicts])
+    totals, out = _render(
+        rows, [verdict_values(verdict) for verdict in verdicts], floats=True
+    )
     return {"totals": totals, "errors": errors}, out
 
 
@@ -235,7 +252,8 @@ def read_fleet_unit(payload: bytes) -> tuple[list[InputRow], list[list[Any]]] | 
     if split is None:
         return None
     meta, body = split
-    return _unit_rows(meta, body)
+    rows, errors, _floats = _unit_rows(meta, body)
+    return rows, errors
 
 
 def fleet_unit_lines(payload: bytes) -> int | None:
@@ -311,8 +329,9 @@ def replay_line_unit(
     ):
         return None  # not what this code stores: graded again
     value_rows = list(map(_replayed_values, kept["rows"]))
-    records = _usual_records(unit, body)
-    if records is not None:  # the usual file: no `InputRow`s (~1.5 us a row)
+    usual = _usual_records(unit, body)
+    if usual is not None:  # the usual file: no `InputRow`s (~1.5 us a row)
+        records, floats = usual
         if len(records) != len(value_rows):
             return None
         graded = (
@@ -321,27 +340,30 @@ def replay_line_unit(
                 records, unit["numbers"], value_rows, strict=True
             )
         )
-        totals, out = _rendered(value_rows, graded)
+        totals, out = _rendered(value_rows, graded, floats)
         return {"totals": totals, "errors": []}, out
-    rows, errors = _unit_rows(unit, body)
+    rows, errors, floats = _unit_rows(unit, body)
     if len(rows) != len(value_rows):
         return None
-    totals, out = _render(rows, value_rows)
+    totals, out = _render(rows, value_rows, floats)
     return {"totals": totals, "errors": errors}, out
 
 
-def _usual_records(unit: Any, body: bytes) -> list[dict[str, Any]] | None:
+def _usual_records(unit: Any, body: bytes) -> tuple[list[dict[str, Any]], bool] | None:
     """Each line's object when, read with the default field spec, every line of
-    the unit is one rollout in the usual layout (`usual_layout`); else None."""
+    the unit is one rollout in the usual layout (`usual_layout`), and whether one
+    may hold a float (`read_record`); else None."""
     if unit["spec"] != [None, None]:
         return None
     records = []
+    floats = False
     for line_no, raw in _unit_lines(unit, body):
-        record = parse_record(raw, line_no)
+        record, may_float = read_record(raw, line_no)
         if not (isinstance(record, dict) and usual_layout(record)):
             return None
         records.append(record)
-    return records
+        floats = floats or may_float
+    return records, floats
 
 
 def replay_stored_unit(unit: Any, body: bytes, _grade: GradePairs) -> tuple[Any, bytes]:

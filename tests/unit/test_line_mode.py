@@ -673,3 +673,41 @@ def test_line_mode_cold_file_of_several_chunks_is_stored_whole(
     assert all(r["cached"] for r in warm)
     assert not any(r["cached"] for r in cold)
     assert _without_cached(warm) == _without_cached(cold)
+
+
+def test_line_mode_writes_nan_and_infinity_as_the_stdlib_graded_and_replayed(
+    tmp_path: Path,
+) -> None:
+    # Given lines orjson cannot read (NaN, Infinity, a number past a double), in
+    # the usual layout and with samples, among usual lines: the stdlib reads them,
+    # and orjson would write their non-finite floats as null
+    lines = [
+        json.dumps({"response": f"\\boxed{{{i}}}", "gold": str(i % 4)}).encode()
+        for i in range(300)
+    ]
+    lines[10] = b'{"response": "\\\\boxed{2}", "gold": "2", "score": NaN, "big": 1e400}'
+    lines[250] = b'{"responses": ["\\\\boxed{3}", "x"], "gt": "3", "lp": -Infinity}'
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    raw = {}
+    for name, extra in (("off", ["--no-cache"]), ("cold", cache), ("again", cache)):
+        out = tmp_path / f"{name}.jsonl"
+        rows = _cli_grade(source, out, *extra)
+        raw[name] = out.read_bytes().splitlines()
+        assert all(r["cached"] for r in rows) is (name == "again")
+    # Then graded (off, cold) and rendered from the cache (again), each of those
+    # lines keeps its values as the stdlib writes them, not null
+    for name, out_lines in raw.items():
+        nan_line, inf_lines = out_lines[10], out_lines[250:252]
+        assert b'"score": NaN' in nan_line, name
+        assert b'"big": Infinity' in nan_line, name
+        assert all(b'"lp": -Infinity' in line for line in inf_lines), name
+        assert all(b"null" not in line for line in out_lines[:10]), name
+    assert raw["off"] == raw["cold"]
+
+    def uncached(line: bytes) -> bytes:  # either encoder's spelling
+        line = line.replace(b'"cached":true', b'"cached":false')
+        return line.replace(b'"cached": true', b'"cached": false')
+
+    assert [uncached(line) for line in raw["again"]] == raw["cold"]
