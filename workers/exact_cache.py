@@ -21,7 +21,7 @@ a worker's CPU +55 ms, ~15 of it unit keys, ~30 held rows; a worker hashes each
 unit, ~36 us, looks up only some (`workers.local._Probes`), builds its row's text
 after the reply, ~15 us, and writes it while it would idle, ~60 us with the
 checkpoint: ~4.5% more CPU in all, which on two busy cores is the time lost;
-hashing while idle too measured no faster), and a re-graded file 3.0-3.2x faster
+hashing while idle too measured no faster), and a re-graded file 3.1-3.2x faster
 than its cold run. Storing a unit's
 output lines instead (1 KB a rollout) made re-grades 5x but cost the cold run 12 us
 a rollout in JSON escaping and SQLite writes (0.85x): not worth it. Kept to the
