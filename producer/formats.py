@@ -218,8 +218,8 @@ class JsonlWriter:
             return
         self._unsent = 0
         handle = self._handle
+        handle.flush()  # outside the try: a failed write (a full disk) is raised
         try:
-            handle.flush()
             end = handle.buffer.tell()  # type: ignore[attr-defined]
             # For DONTNEED, Linux starts writing the range's dirty pages back, not
             # waiting for it, and drops only its pages already on disk (few: these
