@@ -35,6 +35,7 @@ output lines back as bytes with the totals and malformed lines
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -160,11 +161,8 @@ def _rendered(
     as lines (`floats`: whether one may hold a float; verdicts hold none)."""
     summary = Summary()
     summary.count_values(value_rows)
-    if floats:
-        return summary.totals(), b"".join(map(dump_line_bytes, graded))
-    return summary.totals(), b"".join(
-        dump_line_bytes(record, floats=False) for record in graded
-    )
+    dump = partial(dump_line_bytes, floats=floats)
+    return summary.totals(), b"".join(map(dump, graded))
 
 
 def grade_line_unit(unit: Any, body: bytes, grade: GradePairs) -> tuple[Any, bytes]:
