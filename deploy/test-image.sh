@@ -406,7 +406,7 @@ import sys
 
 import redis
 
-from workers.lanes import LANE_QUEUES
+from workers.wire.lanes import LANE_QUEUES
 
 r = redis.Redis(port=int(sys.argv[1]))
 print(sum(r.llen(q) for q in LANE_QUEUES.values()))' "$REDIS_PORT")

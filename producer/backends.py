@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from producer.errors import ProducerError
 from producer.settings import CACHE_FILE_NAME, ProducerSettings, redact_url
-from workers.lanes import Lane
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.sizing import COALESCED_BATCH_SIZE
+from workers.wire.lanes import Lane
 
 if TYPE_CHECKING:
     import httpx
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from producer.client import GradingClient
     from producer.grader import Grader
     from producer.job import GradingJob
-    from workers.signing import Keyring
+    from workers.wire.signing import Keyring
 
 __all__ = [
     "Backend",
@@ -214,7 +214,7 @@ class FleetBackend:
         keyring: Keyring | None = None,
     ) -> None:
         self.broker_url = broker_url
-        self._keyring = keyring  # the fleet key (`workers.signing`), if it has one
+        self._keyring = keyring  # the fleet key (`workers.wire.signing`), if it has one
         self._item_timeout_s = item_timeout_s
         self._job_limit_s = job_limit_s
         self._clients: dict[GradeOptions, GradingClient] = {}
@@ -297,7 +297,7 @@ class FleetBackend:
         no news and at least every `_WAKE_WAIT_S` (failures and heartbeats push
         nothing).
         """
-        from workers.connections import async_redis_client
+        from workers.wire.connections import async_redis_client
 
         assert self._wake is not None
         if self._aredis is None:
@@ -326,7 +326,7 @@ class FleetBackend:
 
     def _done_keys(self) -> dict[str, str]:
         """The done list of every job in flight, to its job id."""
-        from workers.protocol import job_done_key
+        from workers.wire.protocol import job_done_key
 
         return {job_done_key(job_id): job_id for job_id in self._jobs}
 

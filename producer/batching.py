@@ -40,8 +40,8 @@ from producer.fields import (
     sample_records,
 )
 from workers import models
-from workers.contract import text_error
 from workers.models import Status, Verdict
+from workers.wire.contract import text_error
 
 __all__ = [
     "GOLD_FIELDS",

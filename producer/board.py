@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workers.protocol import job_board_key, job_entry_key
+from workers.wire.protocol import job_board_key, job_entry_key
 
 if TYPE_CHECKING:  # `gradefleet status --help` must not load the Redis client
     import redis
@@ -165,7 +165,7 @@ class JobBoard:
     ) -> None:
         from redis import RedisError
 
-        from workers.refusals import BROKER_REFUSALS
+        from workers.wire.refusals import BROKER_REFUSALS
 
         pipe = self._redis.pipeline(transaction=False)
         now = time.monotonic()

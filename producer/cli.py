@@ -52,9 +52,9 @@ from producer.watchdog import NoWorkerWatch
 from workers import __version__
 from workers.errors import ConfigError, GraderError
 from workers.models import GradeOptions, Verdict
-from workers.signing import Keyring, keyring_from_env
 from workers.sizing import LOCAL_BATCH_SIZE, line_unit_lines_for
-from workers.urls import connect_url, read_secret
+from workers.wire.signing import Keyring, keyring_from_env
+from workers.wire.urls import connect_url, read_secret
 
 __all__ = ["cli", "main"]
 

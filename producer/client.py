@@ -24,26 +24,26 @@ from producer.errors import BrokerRefusedError, BrokerUnavailableError, Producer
 from producer.job import Batch, GradingJob, OnDeadline, Progress, ServerRunId
 from producer.rollouts import validate_rollouts
 from producer.settings import DEFAULT_REFUSED_LIMIT_S
-from workers.connections import (
+from workers.models import GradeOptions, Rollout, Verdict
+from workers.sizing import batch_size_for
+from workers.wire.connections import (
     RedisClients,
     celery_endpoint,
     redis_client,
     transport_for,
 )
-from workers.contract import (
+from workers.wire.contract import (
     GRADE_BATCH,
     WireBatch,
     batch_to_wire,
     detach_items,
     sign_task,
 )
-from workers.lanes import INTERACTIVE, Lane, parse_lane, queue_for
-from workers.models import GradeOptions, Rollout, Verdict
-from workers.protocol import batch_items_key
-from workers.refusals import broker_refusal
-from workers.signing import Keyring, items_digest
-from workers.sizing import batch_size_for
-from workers.urls import connect_url, redact_url
+from workers.wire.lanes import INTERACTIVE, Lane, parse_lane, queue_for
+from workers.wire.protocol import batch_items_key
+from workers.wire.refusals import broker_refusal
+from workers.wire.signing import Keyring, items_digest
+from workers.wire.urls import connect_url, redact_url
 
 __all__ = [
     "BrokerUnavailableError",
@@ -113,7 +113,7 @@ class GradingClient:
         on_deadline: what a job does at its deadline: "raise" DeadlinePassedError
             (default), or "timeout": every rollout still ungraded gets a `timeout`
             verdict, and the job's queued batches are dropped.
-        keyring: the fleet's signing keys (`workers.signing`): tasks are signed,
+        keyring: the fleet's signing keys (`workers.wire.signing`): tasks are signed,
             and results are accepted only with a valid MAC. Without it, a result is
             still refused when it names other items than were sent.
         job_ttl_s: a job's board entry, refreshed every second by a thread of this

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.errors import ProducerError
-from workers.lanes import INTERACTIVE, Lane
 from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
+from workers.wire.lanes import INTERACTIVE, Lane
 
 __all__ = [
     "DEFAULT_MAX_BATCH_ITEMS",

@@ -17,8 +17,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from workers.contract import text_error
 from workers.models import exact_gold_text
+from workers.wire.contract import text_error
 
 __all__ = [
     "GOLD_FIELDS",

@@ -26,9 +26,9 @@ from pydantic import ValidationError
 from producer.adapters.reward import RewardConfig
 from producer.coalesce import Coalescer, OverloadedError, wait_for_items
 from producer.schemas import ITEM_FIELD_TYPES, MAX_ITEMS, OptionsIn, pick_row
-from workers.contract import text_error
-from workers.lanes import INTERACTIVE, Lane
 from workers.models import GradeOptions, Verdict
+from workers.wire.contract import text_error
+from workers.wire.lanes import INTERACTIVE, Lane
 
 __all__ = [
     "DEADLINE_HEADER",

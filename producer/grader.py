@@ -4,7 +4,8 @@ The URL picks where rollouts are graded, and the verdicts are the same everywher
 
     None                  the embedded pool of local processes (`workers.local`)
     redis:// rediss://    a Celery fleet (`producer.client.GradingClient`)
-    sentinel://           the same, its Redis found through Sentinel (`workers.urls`)
+    sentinel://           the same, its Redis found through Sentinel
+                          (`workers.wire.urls`)
     http:// https://      a running `gradefleet serve` (registered by its module)
 
 A new transport registers its URL schemes with `register_scheme`; the factory is
@@ -27,8 +28,8 @@ from urllib.parse import urlsplit
 from producer.errors import DeadlinePassedError, JobCutShortError, ProducerError
 from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
-from workers.lanes import INTERACTIVE
 from workers.models import GradeOptions, Rollout, RolloutLike, Verdict
+from workers.wire.lanes import INTERACTIVE
 
 if TYPE_CHECKING:
     from workers.local import LocalPool

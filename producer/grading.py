@@ -29,10 +29,10 @@ from producer.coalesce import (
     Coalescer,
 )
 from producer.errors import InvalidRolloutError
-from workers.contract import MAX_TEXT_CHARS
-from workers.lanes import INTERACTIVE, Lane
 from workers.models import GradeOptions, Verdict
-from workers.signing import keyring_from_env
+from workers.wire.contract import MAX_TEXT_CHARS
+from workers.wire.lanes import INTERACTIVE, Lane
+from workers.wire.signing import keyring_from_env
 
 __all__ = [
     "BlockingGrader",

@@ -21,9 +21,9 @@ from producer.errors import BrokerUnavailableError, DeadlinePassedError, Produce
 from producer.grader import Grader, GraderBase, ProgressFn
 from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
-from workers.lanes import INTERACTIVE, parse_lane
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
-from workers.urls import redact_url
+from workers.wire.lanes import INTERACTIVE, parse_lane
+from workers.wire.urls import redact_url
 
 __all__ = ["REQUEST_ITEMS", "HttpGrader", "open_http_grader", "request_options"]
 

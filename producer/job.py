@@ -36,7 +36,7 @@ from producer.errors import (
 )
 from producer.settings import DEFAULT_REFUSED_LIMIT_S
 from workers.models import ExtractionMethod, Status, Verdict
-from workers.protocol import (
+from workers.wire.protocol import (
     RUNNING_STATES,
     TaskMeta,
     job_done_key,
@@ -45,7 +45,7 @@ from workers.protocol import (
     result_rejection,
     task_meta_key,
 )
-from workers.signing import Keyring
+from workers.wire.signing import Keyring
 
 __all__ = [
     "Batch",

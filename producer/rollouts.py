@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from producer.errors import InvalidRolloutError
-from workers.contract import text_error
 from workers.models import exact_gold_text
+from workers.wire.contract import text_error
 
 __all__ = ["validate_rollouts"]
 

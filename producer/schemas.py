@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from producer.batching import GOLD_FIELDS, RESPONSE_FIELDS, InputRow, rows_from_record
 from producer.fields import lookup
-from workers.lanes import INTERACTIVE, Lane
 from workers.models import GradeOptions
+from workers.wire.lanes import INTERACTIVE, Lane
 
 __all__ = [
     "ITEM_FIELD_TYPES",

@@ -136,7 +136,7 @@ def serve(
     from producer.adapters.reward import RewardConfig
     from producer.grading import CoalescingGrader
     from producer.service import ServiceMetrics, create_app
-    from workers.signing import keyring_from_env
+    from workers.wire.signing import keyring_from_env
 
     cache_path = None
     directory = cache_dir_option_value(cache_dir, no_cache)
@@ -163,9 +163,9 @@ def serve(
     metrics = ServiceMetrics()
     collectors: tuple[object, ...] = ()
     if broker:
-        from workers.connections import redis_client
-        from workers.lanes import LANE_QUEUES
         from workers.metrics import QueueDepthCollector
+        from workers.wire.connections import redis_client
+        from workers.wire.lanes import LANE_QUEUES
 
         queue_redis = redis_client(broker, socket_timeout=1.0)
         # Every lane's queue, as a worker node exports them.

@@ -70,8 +70,8 @@ from producer.schemas import (
     OpenRLHFRequest,
     OpenRLHFResponse,
 )
-from workers.contract import MAX_TEXT_CHARS
 from workers.models import Verdict
+from workers.wire.contract import MAX_TEXT_CHARS
 
 __all__ = ["DEADLINE_HEADER", "ServiceMetrics", "create_app"]
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.signing import Keyring
-from workers.urls import redact_url
+from workers.wire.signing import Keyring
+from workers.wire.urls import redact_url
 
 __all__ = [
     "CACHE_FILE_NAME",
@@ -52,7 +52,7 @@ class ProducerSettings:
         priority: on a fleet, the lane of the file's jobs: `bulk` (a sweep: workers
             take interactive work, such as RL steps, first) or `interactive`.
         keyring: fleet mode: the fleet's signing keys (tasks signed, results
-            verified; see `workers.signing`).
+            verified; see `workers.wire.signing`).
         refused_limit_s: fleet mode: how long a job waits for a broker that
             refuses writes (maxmemory, read-only replica) before the run ends,
             writing what arrived (exit 8).

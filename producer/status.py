@@ -14,9 +14,9 @@ from typing import Any
 
 from producer.board import JobEntry, read_job_board
 from producer.errors import BrokerUnavailableError
-from workers.contract import GRADE_BATCH
-from workers.lanes import LANE_QUEUES
-from workers.urls import redact_url
+from workers.wire.contract import GRADE_BATCH
+from workers.wire.lanes import LANE_QUEUES
+from workers.wire.urls import redact_url
 
 __all__ = [
     "FleetStatus",
@@ -186,8 +186,8 @@ def _lanes_and_jobs(
 ) -> tuple[tuple[LaneStatus, ...], int, tuple[JobEntry, ...]]:
     import redis
 
-    from workers.connections import redis_client
     from workers.metrics import read_queue_depths
+    from workers.wire.connections import redis_client
 
     try:
         client = redis_client(
@@ -246,7 +246,7 @@ def _snapshot(
 def _observe(
     broker_url: str, urls: Sequence[str], *, timeout_s: float, window_s: float
 ) -> tuple[list[str], _Snapshot, _Snapshot]:
-    from workers.connections import control_app
+    from workers.wire.connections import control_app
 
     app = control_app("gradefleet-status", broker_url)
     try:

@@ -23,7 +23,7 @@ __all__ = ["NoWorkerWatch", "live_workers"]
 
 def live_workers(broker_url: str, timeout_s: float) -> list[str]:
     """Names of the workers that answer a ping on `broker_url` within `timeout_s`."""
-    from workers.connections import control_app
+    from workers.wire.connections import control_app
 
     app = control_app("gradefleet-watch", broker_url)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.settings import WorkerSettings
-from workers.urls import connect_url, read_secret
+from workers.wire.urls import connect_url, read_secret
 
 __all__ = ["build_parser", "main", "settings_from_args"]
 
@@ -94,9 +94,9 @@ def _setup_metrics(settings: WorkerSettings) -> None:
         return
     # Import here: prometheus_client must switch to multiprocess mode before any
     # metric exists, which prepare_multiprocess_dir() does.
-    from workers.connections import redis_client
-    from workers.lanes import LANE_QUEUES
     from workers.metrics import prepare_multiprocess_dir, start_metrics_server
+    from workers.wire.connections import redis_client
+    from workers.wire.lanes import LANE_QUEUES
 
     path = settings.metrics_dir or tempfile.mkdtemp(prefix="gradefleet-metrics-")
     prepare_multiprocess_dir(Path(path))
@@ -113,7 +113,7 @@ def _setup_metrics(settings: WorkerSettings) -> None:
 
 def worker_argv(settings: WorkerSettings) -> list[str]:
     """Arguments for `Celery.worker_main`."""
-    from workers.lanes import queue_for
+    from workers.wire.lanes import queue_for
 
     queues = ",".join(queue_for(lane) for lane in settings.lanes)
     argv = ["worker", "--pool=prefork", f"--concurrency={settings.concurrency}"]

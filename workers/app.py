@@ -14,17 +14,17 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 from celery.worker import control
 
 import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
-from workers.connections import celery_endpoint, transport_for
-from workers.contract import QUEUE
 from workers.kombu_fixes import (
     closed_channels_fail_as_connection_errors,
     failed_acks_free_their_prefetch_slot,
 )
-from workers.lanes import LaneCycle
 from workers.runtime import configure, forget_runtime, get_runtime
 from workers.sandbox import warm_up_verifier
 from workers.settings import WorkerSettings
 from workers.timers import TimerPurge
+from workers.wire.connections import celery_endpoint, transport_for
+from workers.wire.contract import QUEUE
+from workers.wire.lanes import LaneCycle
 
 __all__ = ["create_app"]
 
@@ -112,7 +112,7 @@ def create_app(settings: WorkerSettings) -> Celery:
             **broker.transport_options,  # a Sentinel URL's master_name
             "visibility_timeout": settings.visibility_timeout_s,
             # One BRPOP over every lane's lists, interactive first, bulk now and
-            # then (`workers.lanes.LaneCycle`); kombu imports the class by name.
+            # then (`workers.wire.lanes.LaneCycle`); kombu imports the class by name.
             "queue_order_strategy": f"{LaneCycle.__module__}:{LaneCycle.__name__}",
         },
         result_backend_transport_options=backend.transport_options,

@@ -19,14 +19,14 @@ import redis
 from celery import Task
 
 from workers.models import Verdict
-from workers.protocol import (
+from workers.wire.protocol import (
     attempts_key,
     partial_key,
     progress_meta,
     task_meta,
 )
-from workers.refusals import BROKER_REFUSALS
-from workers.signing import Keyring
+from workers.wire.refusals import BROKER_REFUSALS
+from workers.wire.signing import Keyring
 
 __all__ = ["BatchProgress", "Heartbeat", "ResultSlot"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-from workers.refusals import BROKER_REFUSALS
+from workers.wire.refusals import BROKER_REFUSALS
 
 __all__ = [
     "PublishTransport",

@@ -22,8 +22,8 @@ import redis
 from redis.exceptions import LockError
 from redis.lock import Lock
 
-from workers.protocol import SUCCESS_META_HEAD, claim_key, task_meta_key
-from workers.refusals import BROKER_REFUSALS
+from workers.wire.protocol import SUCCESS_META_HEAD, claim_key, task_meta_key
+from workers.wire.refusals import BROKER_REFUSALS
 
 __all__ = [
     "CLAIM_TTL_S",

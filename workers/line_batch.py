@@ -47,12 +47,17 @@ from producer.lines import (
     read_fleet_unit,
     render_unit,
 )
-from workers.contract import WireBatchRequest, WireItem, batch_from_wire, pairs_error
 from workers.local import Unit, UnitGrading
 from workers.models import GradeOptions, Verdict
-from workers.protocol import line_output_key, line_result_json
-from workers.signing import Keyring
 from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
+from workers.wire.contract import (
+    WireBatchRequest,
+    WireItem,
+    batch_from_wire,
+    pairs_error,
+)
+from workers.wire.protocol import line_output_key, line_result_json
+from workers.wire.signing import Keyring
 
 __all__ = [
     "GradedSummary",

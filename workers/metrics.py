@@ -37,9 +37,9 @@ from redis.exceptions import RedisError
 
 from workers import __version__
 from workers.errors import MetricsSetupError
-from workers.lanes import INTERACTIVE, LANES, lane_of_queue
 from workers.models import Status, Verdict
-from workers.protocol import UNACKED_KEY, priority_queue_keys
+from workers.wire.lanes import INTERACTIVE, LANES, lane_of_queue
+from workers.wire.protocol import UNACKED_KEY, priority_queue_keys
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment

@@ -13,8 +13,8 @@ import redis
 
 from workers.cache import _decode_entry, _encode_entry
 from workers.errors import CacheError
-from workers.protocol import result_key
-from workers.signing import Keyring
+from workers.wire.protocol import result_key
+from workers.wire.signing import Keyring
 
 __all__ = ["RedisResultCache"]
 
@@ -54,8 +54,8 @@ class RedisResultCache:
     pays that while the cache is down (the batch itself goes on without cache).
 
     With a keyring, each value is `<tag>|<entry JSON>`, the tag a MAC over the key's
-    digest and the entry (`workers.signing`): an entry that does not verify (one SET
-    by anyone without the key, or copied from another key) is a miss, reported to
+    digest and the entry (`workers.wire.signing`): an entry that does not verify (one
+    SET by anyone without the key, or copied from another key) is a miss, reported to
     `on_rejected` with how many, and is overwritten when the item is graded again.
 
     On a server with `maxmemory` and the `noeviction` policy (a broker), stores are

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import redis
 
 from workers.batch import BatchGrader
-from workers.connections import RedisClients
 from workers.errors import ConfigError
 from workers.line_batch import GradedSummary, grade_fleet_unit
 from workers.local import LocalPool
@@ -22,6 +21,7 @@ from workers.models import Status, Verdict
 from workers.redis_cache import RedisResultCache
 from workers.sandbox import GradeFn, Sandbox
 from workers.settings import WorkerSettings
+from workers.wire.connections import RedisClients
 
 __all__ = [
     "TaskObserver",

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from workers.errors import ConfigError
-from workers.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
-from workers.signing import Keyring, keyring_from_env
 from workers.sizing import MAX_AUTO_BATCH_SIZE, RECYCLE_AFTER_ITEMS
-from workers.urls import connect_url, read_secret
+from workers.wire.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
+from workers.wire.signing import Keyring, keyring_from_env
+from workers.wire.urls import connect_url, read_secret
 
 __all__ = ["WorkerSettings", "parse_lanes"]
 
@@ -41,12 +41,12 @@ class WorkerSettings:
         max_batch_size: largest batch the time limits are sized for (producers
             make batches of at most 512 unless told otherwise).
         lanes: the priority lanes this node consumes, in the order it takes them
-            (`workers.lanes`; all of them unless the node is dedicated to one).
+            (`workers.wire.lanes`; all of them unless the node is dedicated to one).
         bulk_every: after this many batches in a row from other lanes, the next
             take tries the bulk lane first (bulk never starves).
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
-        keyring: the fleet's signing keys (`workers.signing`), from
+        keyring: the fleet's signing keys (`workers.wire.signing`), from
             `GRADEFLEET_SIGNING_KEY` or the file `GRADEFLEET_SIGNING_KEY_FILE` (one
             key per line, the first signs); None: nothing is authenticated.
         test_hooks_path: a Python file whose `hooked_grade` replaces the verifier

@@ -2,7 +2,7 @@
 
 One `BatchRun` per delivery holds its state (saved verdicts, bookkeeping, heartbeat);
 the Redis side of it is `workers.bookkeeping`, the keys and the result envelope are
-`workers.protocol`, the chunk sizes `workers.sizing`.
+`workers.wire.protocol`, the chunk sizes `workers.sizing`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ from workers.claim import (
     release,
     renew,
 )
-from workers.contract import (
+from workers.line_batch import LineUnit, is_line_unit, line_unit_task
+from workers.models import Status, Verdict
+from workers.runtime import WorkerRuntime, get_runtime
+from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
+from workers.verdicts import failure_verdict, poison_verdict
+from workers.wire.contract import (
     GRADE_BATCH,
     MAX_PAYLOAD_BYTES,
     WireBatchRequest,
@@ -37,20 +42,15 @@ from workers.contract import (
     task_mac_ok,
     wire_items_digest,
 )
-from workers.lanes import INTERACTIVE, lane_of_queue
-from workers.line_batch import LineUnit, is_line_unit, line_unit_task
-from workers.models import Status, Verdict
-from workers.protocol import (
+from workers.wire.lanes import INTERACTIVE, lane_of_queue
+from workers.wire.protocol import (
     claim_key,
     job_done_key,
     job_entry_key,
     result_json,
     task_meta_key,
 )
-from workers.refusals import OUTLAST_REFUSALS
-from workers.runtime import WorkerRuntime, get_runtime
-from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
-from workers.verdicts import failure_verdict, poison_verdict
+from workers.wire.refusals import OUTLAST_REFUSALS
 
 __all__ = ["BatchRun", "grade_batch"]
 
@@ -293,7 +293,7 @@ class BatchRun:
 # store it again); errors are still stored by Celery (store_errors_even_if_ignored).
 @shared_task(name=GRADE_BATCH, bind=True, ignore_result=True)
 def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
-    """Grade one wire batch (see `workers.contract`); the result is stored in the
+    """Grade one wire batch (see `workers.wire.contract`); the result is stored in the
     task's result key by `BatchRun`."""
     runtime = get_runtime()
     key = items_reference(wire)

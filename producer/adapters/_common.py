@@ -8,8 +8,8 @@ from typing import Any
 
 from producer.adapters.reward import RewardConfig
 from producer.grading import BlockingGrader, grader_for
-from workers.contract import MAX_TEXT_CHARS
 from workers.models import GradeOptions, Verdict
+from workers.wire.contract import MAX_TEXT_CHARS
 
 __all__ = [
     "DEFAULT_DEADLINE_S",

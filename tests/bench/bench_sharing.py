@@ -188,7 +188,7 @@ def section_take_cost(redis_url: str, takes: int = 5_000) -> None:
     lists (bulk); against one queue. Plus `LaneCycle.consume` + `rotate`."""
     import redis
 
-    from workers.lanes import BULK, INTERACTIVE, LaneCycle, queue_for
+    from workers.wire.lanes import BULK, INTERACTIVE, LaneCycle, queue_for
 
     client = redis.Redis.from_url(redis_url)
     sep, steps = "\x06\x16", ("", "3", "6", "9")

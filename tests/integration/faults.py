@@ -16,10 +16,16 @@ from celery import Celery
 
 from producer.client import GradingClient
 from tests.helpers import free_port, real_rollouts
-from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items, sign_task
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
-from workers.protocol import attempts_key, partial_key
-from workers.signing import Keyring, items_digest
+from workers.wire.contract import (
+    GRADE_BATCH,
+    QUEUE,
+    batch_to_wire,
+    detach_items,
+    sign_task,
+)
+from workers.wire.protocol import attempts_key, partial_key
+from workers.wire.signing import Keyring, items_digest
 
 NO_CACHE = {"GRADEFLEET_CACHE_URL": "none"}
 

@@ -33,7 +33,7 @@ from tests.integration.faults import (
     metered_worker,
     plain,
 )
-from workers.protocol import KEY_PREFIX
+from workers.wire.protocol import KEY_PREFIX
 
 pytestmark = pytest.mark.integration
 

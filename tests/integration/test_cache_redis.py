@@ -10,8 +10,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from workers.errors import CacheError
-from workers.protocol import result_key
 from workers.redis_cache import RedisResultCache
+from workers.wire.protocol import result_key
 
 pytestmark = pytest.mark.integration
 

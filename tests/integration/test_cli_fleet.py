@@ -30,7 +30,7 @@ from tests.integration.faults import (
 from workers import verifier
 from workers.metrics import ProducerMetrics
 from workers.models import GradeOptions
-from workers.protocol import partial_key, read_task_meta, task_meta_key
+from workers.wire.protocol import partial_key, read_task_meta, task_meta_key
 
 pytestmark = pytest.mark.integration
 

@@ -20,10 +20,10 @@ from tests.helpers import hostile_grade, real_rollouts
 from tests.hooks import ABORT, HANG, OOM, hooked_grade
 from tests.integration.faults import save_first_verdict
 from workers import verifier
-from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire
 from workers.local import LocalPool
 from workers.models import GradeOptions, Status, Verdict
-from workers.protocol import (
+from workers.wire.contract import GRADE_BATCH, QUEUE, batch_to_wire
+from workers.wire.protocol import (
     attempts_key,
     job_done_key,
     partial_key,

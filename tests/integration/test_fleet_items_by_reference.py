@@ -16,8 +16,8 @@ from celery.signals import before_task_publish
 from kombu import Queue
 
 from producer.client import GradingClient, Rollout
-from workers.contract import QUEUE
-from workers.protocol import batch_items_key
+from workers.wire.contract import QUEUE
+from workers.wire.protocol import batch_items_key
 
 pytestmark = pytest.mark.integration
 

@@ -100,7 +100,7 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
     restartable: Any, make_workers: Any, tmp_path: Path
 ) -> None:
     # Given a worker, and a batch of 32 rollouts it has answered
-    from workers.protocol import task_meta_key
+    from workers.wire.protocol import task_meta_key
 
     server = restartable()
     worker, port = metered_worker(make_workers, server.url, tmp_path, concurrency=1)
@@ -127,7 +127,7 @@ def test_recovery_copy_of_an_answered_batch_is_not_graded_again(
 
 
 def _stored_result(client: redis.Redis, batch_id: str) -> list[Any] | None:
-    from workers.protocol import read_task_meta, task_meta_key
+    from workers.wire.protocol import read_task_meta, task_meta_key
 
     raw = client.get(task_meta_key(batch_id))
     meta = None if raw is None else read_task_meta(raw)

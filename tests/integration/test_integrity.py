@@ -20,16 +20,16 @@ from tests.helpers import free_port
 from tests.integration.faults import publish_batch
 from workers import verifier
 from workers.cache import cache_keyer
-from workers.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items
 from workers.models import GradeOptions, Verdict
-from workers.protocol import (
+from workers.wire.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items
+from workers.wire.protocol import (
     partial_key,
     read_task_meta,
     result_key,
     result_rejection,
     task_meta_key,
 )
-from workers.signing import Keyring, items_digest
+from workers.wire.signing import Keyring, items_digest
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from producer.client import GradingClient, Rollout
 from producer.job import DEADLINE_REASON
 from tests.hooks import HANG
 from workers import verifier
-from workers.contract import batch_items_key
-from workers.lanes import BULK, INTERACTIVE, queue_for
 from workers.models import Status, Verdict
+from workers.wire.contract import batch_items_key
+from workers.wire.lanes import BULK, INTERACTIVE, queue_for
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from tests.helpers import real_rollouts
 from tests.hooks import HANG
 from tests.integration.redis_procs import RedisProc, wait_for
 from workers.models import Verdict
-from workers.protocol import RUNNING_STATES, read_task_meta, task_meta_key
+from workers.wire.protocol import RUNNING_STATES, read_task_meta, task_meta_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -23,8 +23,8 @@ from tests.helpers import qwen_groups
 from tests.hooks import HANG
 from tests.serve_procs import ServeProcess, post_json_many, start_serve
 from workers import verifier
-from workers.lanes import BULK, INTERACTIVE, queue_for
 from workers.models import GradeOptions, Verdict
+from workers.wire.lanes import BULK, INTERACTIVE, queue_for
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,8 @@ from producer.batching import (
     rows_from_record,
 )
 from producer.fields import FieldSpec
-from workers.contract import MAX_TEXT_CHARS
 from workers.models import ExtractionMethod, Status, Verdict, VerifyMethod
+from workers.wire.contract import MAX_TEXT_CHARS
 
 
 def _parse(obj: object, line_no: int = 1) -> InputRow | LineError | None:

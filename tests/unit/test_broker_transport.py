@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kombu import Connection
 
-from workers.connections import transport_for
+from workers.wire.connections import transport_for
 
 
 @pytest.mark.parametrize("publish_only", [False, True])

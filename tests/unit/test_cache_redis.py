@@ -15,8 +15,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from workers.errors import CacheError
-from workers.protocol import result_key
 from workers.redis_cache import _REDIS_SCRIPT_CHUNK, RedisResultCache
+from workers.wire.protocol import result_key
 
 ENTRY = {
     "status": "wrong",

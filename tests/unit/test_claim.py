@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from workers import claim as claims
-from workers.protocol import claim_key, task_meta, task_meta_key
+from workers.wire.protocol import claim_key, task_meta, task_meta_key
 
 Paths = Callable[[redis.Redis], redis.Redis]
 # The result backend is the broker's own client (one pipeline), or another client

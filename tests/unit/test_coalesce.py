@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from producer.coalesce import Coalescer, OverloadedError, wait_for_items
-from workers.lanes import BULK, INTERACTIVE, Lane
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.wire.lanes import BULK, INTERACTIVE, Lane
 
 OPTIONS = GradeOptions()
 

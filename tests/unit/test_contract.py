@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from workers.contract import (
+from workers.errors import InvalidRequestError
+from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.sizing import (
+    JOB_BATCHES,
+    MAX_AUTO_BATCH_SIZE,
+    MIN_BATCH_SIZE,
+    batch_size_for,
+)
+from workers.wire.contract import (
     GRADE_BATCH,
     MAX_PAYLOAD_BYTES,
     QUEUE,
@@ -17,19 +25,11 @@ from workers.contract import (
     detach_items,
     items_reference,
 )
-from workers.errors import InvalidRequestError
-from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
-from workers.protocol import (
+from workers.wire.protocol import (
     SCHEMA_VERSION,
     batch_items_key,
     result_to_wire,
     results_from_wire,
-)
-from workers.sizing import (
-    JOB_BATCHES,
-    MAX_AUTO_BATCH_SIZE,
-    MIN_BATCH_SIZE,
-    batch_size_for,
 )
 
 

@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from workers.__main__ import worker_argv
-from workers.lanes import LANE_QUEUES
 from workers.metrics import QueueDepthCollector
 from workers.settings import WorkerSettings
+from workers.wire.lanes import LANE_QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

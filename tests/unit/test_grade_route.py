@@ -21,8 +21,8 @@ from producer.grade_route import (
     parse_grade_body,
 )
 from producer.schemas import GradeRequest, GradeResponse
-from workers.contract import MAX_TEXT_CHARS
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.wire.contract import MAX_TEXT_CHARS
 
 TEXT = st.text(max_size=20) | st.sampled_from(["\\boxed{4}", "4", "", "\x00", "é"])
 NUMBER = st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)

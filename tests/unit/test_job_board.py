@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from producer.board import TTL_S, JobBoard, read_job_board
-from workers.protocol import job_board_key, job_entry_key
+from workers.wire.protocol import job_board_key, job_entry_key
 
 
 @dataclass

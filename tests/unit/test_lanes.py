@@ -7,7 +7,8 @@ from kombu.utils.scheduling import cycle_by_name
 
 from workers.app import create_app
 from workers.errors import ConfigError
-from workers.lanes import (
+from workers.settings import WorkerSettings, parse_lanes
+from workers.wire.lanes import (
     BULK,
     INTERACTIVE,
     LANE_QUEUES,
@@ -16,7 +17,6 @@ from workers.lanes import (
     parse_lane,
     queue_for,
 )
-from workers.settings import WorkerSettings, parse_lanes
 
 IQ, BQ = queue_for(INTERACTIVE), queue_for(BULK)
 

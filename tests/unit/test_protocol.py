@@ -12,9 +12,9 @@ import pytest
 from celery import Celery
 from kombu.transport.redis import Channel
 
-from workers import protocol
 from workers.models import ExtractionMethod, Status, Verdict
-from workers.protocol import (
+from workers.wire import protocol
+from workers.wire.protocol import (
     TaskMeta,
     progress_meta,
     read_task_meta,
@@ -23,7 +23,7 @@ from workers.protocol import (
     task_meta,
     task_meta_key,
 )
-from workers.signing import Keyring
+from workers.wire.signing import Keyring
 
 REPO = Path(__file__).resolve().parents[2]
 # Substrings that only a key name contains: ours, Celery's result keys, kombu's hash.
@@ -199,4 +199,6 @@ def test_protocol_no_other_module_spells_a_redis_key() -> None:
         if path.name != "protocol.py" and (literals := _key_literals(path))
     }
     assert spelled == {}
-    assert _key_literals(REPO / "workers" / "protocol.py")  # the check can see keys
+    assert _key_literals(
+        REPO / "workers" / "wire" / "protocol.py"
+    )  # the check can see keys

@@ -1,5 +1,5 @@
-"""`sentinel://` URLs: parsed by workers.urls, turned into kombu's form by
-workers.connections, and redacted like every other URL."""
+"""`sentinel://` URLs: parsed by workers.wire.urls, turned into kombu's form by
+workers.wire.connections, and redacted like every other URL."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import pytest
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from workers.connections import (
+from workers.errors import ConfigError
+from workers.wire.connections import (
     async_redis_client,
     celery_endpoint,
     control_app,
     redis_client,
 )
-from workers.errors import ConfigError
-from workers.urls import connect_url, parse_sentinel_url, redact_url
+from workers.wire.urls import connect_url, parse_sentinel_url, redact_url
 
 URL = "sentinel://:p%40w@h1:26380,[::1]:26381,h3/2?master_name=mymaster"
 

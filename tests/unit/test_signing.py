@@ -1,13 +1,13 @@
-"""workers.signing: tags bind purpose and every part; rotation by key id."""
+"""workers.wire.signing: tags bind purpose and every part; rotation by key id."""
 
 from __future__ import annotations
 
 import pytest
 
 from workers.errors import ConfigError
-from workers.protocol import result_rejection, result_to_wire
-from workers.signing import Keyring, items_digest
 from workers.verifier import grade
+from workers.wire.protocol import result_rejection, result_to_wire
+from workers.wire.signing import Keyring, items_digest
 
 OLD = "old-key-0123456789abcdef0123456789ab"
 NEW = "new-key-0123456789abcdef0123456789ab"

@@ -1,4 +1,4 @@
-"""workers.urls: one redaction for every URL form, rediss:// defaults, secrets."""
+"""workers.wire.urls: one redaction for every URL form, rediss:// defaults, secrets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from workers.errors import ConfigError
-from workers.urls import connect_url, read_secret, redact_url
+from workers.wire.urls import connect_url, read_secret, redact_url
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import pytest
 
 from workers.__main__ import build_parser, settings_from_args, worker_argv
 from workers.app import create_app
-from workers.contract import GRADE_BATCH, QUEUE
 from workers.errors import ConfigError
 from workers.settings import WorkerSettings
+from workers.wire.contract import GRADE_BATCH, QUEUE
 
 
 def test_worker_settings_defaults_from_empty_env():

@@ -30,7 +30,7 @@ import hmac
 from collections.abc import Mapping, Sequence
 
 from workers.errors import ConfigError
-from workers.urls import read_secret
+from workers.wire.urls import read_secret
 
 __all__ = ["MIN_KEY_BYTES", "Keyring", "items_digest", "keyring_from_env"]
 

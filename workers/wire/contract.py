@@ -1,7 +1,7 @@
 """The task message between producers and workers: task name, queue, batch shape.
 
 Pure stdlib: the producer imports this module without pulling in any worker code.
-Redis keys and the result envelope are in `workers.protocol`.
+Redis keys and the result envelope are in `workers.wire.protocol`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import orjson
 
 from workers.errors import InvalidRequestError
 from workers.models import GradeOptions
-from workers.protocol import SCHEMA_VERSION, batch_items_key, indexes_read_alike
-from workers.signing import Keyring, items_digest
+from workers.wire.protocol import SCHEMA_VERSION, batch_items_key, indexes_read_alike
+from workers.wire.signing import Keyring, items_digest
 
 __all__ = [
     "GRADE_BATCH",

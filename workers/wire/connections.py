@@ -1,7 +1,7 @@
 """Redis clients by URL: the one place a URL becomes a client.
 
 `redis://`, `rediss://` and `unix://` go through redis-py's `from_url`; `sentinel://`
-(`workers.urls`) through a redis-py `Sentinel` whose `master_for` client asks the
+(`workers.wire.urls`) through a redis-py `Sentinel` whose `master_for` client asks the
 sentinels for the master on every new connection, so after a failover it reconnects
 to the promoted replica by itself. Celery and kombu take the same URL in their own
 form (`celery_endpoint`: `sentinel://h1:p/db;sentinel://h2:p/db` plus a `master_name`
@@ -22,7 +22,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from workers.urls import SentinelUrl, is_sentinel_url, parse_sentinel_url
+from workers.wire.urls import SentinelUrl, is_sentinel_url, parse_sentinel_url
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -151,7 +151,7 @@ def transport_for(broker_url: str, *, publish_only: bool = False) -> str | None:
 def control_app(name: str, url: str) -> Celery:
     """A Celery app for remote-control calls only (`ping`, `stats`): JSON, and no
     connection retries (a status command answers rather than waits)."""
-    from celery import Celery  # here: `workers.connections` loads without Celery
+    from celery import Celery  # here: `workers.wire.connections` loads without Celery
 
     endpoint = celery_endpoint(url)
     app = Celery(name, broker=endpoint.url, set_as_current=False)

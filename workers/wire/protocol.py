@@ -22,7 +22,7 @@ import orjson
 
 from workers.errors import InvalidRequestError
 from workers.models import Verdict
-from workers.signing import Keyring
+from workers.wire.signing import Keyring
 
 __all__ = [
     "KEY_PREFIX",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, Literal, get_args
 
-from workers.contract import QUEUE
+from workers.wire.contract import QUEUE
 
 __all__ = [
     "BULK",

@@ -3,7 +3,7 @@ and the `sentinel://` form.
 
 Pure stdlib (the producer uses it too). Every URL that reaches a log line, an error
 message or `gradefleet status` goes through `redact_url`; every URL a process
-connects with goes through `connect_url` at its entry point; `workers.connections`
+connects with goes through `connect_url` at its entry point; `workers.wire.connections`
 turns it into a client.
 
 A Sentinel URL names the sentinels and the master they watch, in one string (an env
