@@ -136,7 +136,7 @@ class PoolBackend:
         if self._grader is None:
             # Imported here: grading pulls in the sandbox and the verifier (SymPy).
             from producer.grader import open_grader
-            from workers.sandbox import warm_up_verifier
+            from workers.sandbox.process import warm_up_verifier
 
             self._grader = open_grader(None, settings=self._settings)
             warm_up_verifier()

@@ -19,7 +19,7 @@ from workers.kombu_fixes import (
     failed_acks_free_their_prefetch_slot,
 )
 from workers.runtime import configure, forget_runtime, get_runtime
-from workers.sandbox import warm_up_verifier
+from workers.sandbox.process import warm_up_verifier
 from workers.settings import WorkerSettings
 from workers.timers import TimerPurge
 from workers.wire.connections import celery_endpoint, transport_for

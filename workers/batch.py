@@ -22,7 +22,7 @@ from workers.models import (
     Verdict,
     build_verdict,
 )
-from workers.sandbox import ItemPrep, ItemResult, Selector
+from workers.sandbox.process import ItemPrep, ItemResult, Selector
 
 __all__ = [
     "BatchGrader",

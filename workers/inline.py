@@ -32,10 +32,10 @@ from collections.abc import Sequence
 
 from workers import verifier
 from workers.models import GradeOptions, Status
-from workers.progress import DECIDE, PREPARE, ProgressSlot
-from workers.sandbox import GradeFn, ItemPrep, ItemResult, Selector
-from workers.sandbox_child import EXIT_MEMORY, decide_item
-from workers.verdicts import grader_raised_reason, unprepared_failure_verdict
+from workers.sandbox.child import EXIT_MEMORY, decide_item
+from workers.sandbox.process import GradeFn, ItemPrep, ItemResult, Selector
+from workers.sandbox.progress import DECIDE, PREPARE, ProgressSlot
+from workers.sandbox.verdicts import grader_raised_reason, unprepared_failure_verdict
 
 __all__ = ["InlineGrader"]
 

@@ -50,16 +50,6 @@ from typing import Any, Protocol
 from workers import verifier
 from workers.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
 from workers.cache import SqliteResultCache
-from workers.childproc import (
-    fork_child,
-    limit_address_space,
-    open_statm,
-    read_body_frame,
-    recycle_rss_bytes,
-    self_size_bytes,
-    statm_rss_bytes,
-    write_body_frame,
-)
 from workers.errors import CacheError, DeadlineError, SandboxError
 from workers.exact_cache import ExactLayer, unit_text
 from workers.inline import InlineGrader
@@ -70,22 +60,32 @@ from workers.models import (
     Verdict,
     is_final,
 )
-from workers.progress import DECIDE, ProgressSlot, Step
-from workers.sandbox import GradeFn, warm_up_verifier
-from workers.sandbox_child import EXIT_MEMORY, death_status
-from workers.sizing import (
-    CACHE_WRITE_BEHIND_BYTES,
-    CACHE_WRITE_BEHIND_ROWS,
-    LOCAL_BATCH_SIZE,
-    RECYCLE_AFTER_ITEMS,
+from workers.sandbox.child import EXIT_MEMORY, death_status
+from workers.sandbox.childproc import (
+    fork_child,
+    limit_address_space,
+    open_statm,
+    read_body_frame,
+    recycle_rss_bytes,
+    self_size_bytes,
+    statm_rss_bytes,
+    write_body_frame,
 )
-from workers.verdicts import (
+from workers.sandbox.process import GradeFn, warm_up_verifier
+from workers.sandbox.progress import DECIDE, ProgressSlot, Step
+from workers.sandbox.verdicts import (
     MEMORY_ERROR_REASON,
     culprit_verdict,
     deadline_reason,
     memory_cap_reason,
     poison_reason,
     poison_verdict,
+)
+from workers.sizing import (
+    CACHE_WRITE_BEHIND_BYTES,
+    CACHE_WRITE_BEHIND_ROWS,
+    LOCAL_BATCH_SIZE,
+    RECYCLE_AFTER_ITEMS,
 )
 
 __all__ = ["GradePairs", "LocalPool", "Unit", "UnitFn", "UnitGrading"]

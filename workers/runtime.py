@@ -19,7 +19,7 @@ from workers.local import LocalPool
 from workers.metrics import WorkerMetrics
 from workers.models import Status, Verdict
 from workers.redis_cache import RedisResultCache
-from workers.sandbox import GradeFn, Sandbox
+from workers.sandbox.process import GradeFn, Sandbox
 from workers.settings import WorkerSettings
 from workers.wire.connections import RedisClients
 

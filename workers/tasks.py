@@ -30,8 +30,8 @@ from workers.claim import (
 from workers.line_batch import LineUnit, is_line_unit, line_unit_task
 from workers.models import Status, Verdict
 from workers.runtime import WorkerRuntime, get_runtime
+from workers.sandbox.verdicts import failure_verdict, poison_verdict
 from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
-from workers.verdicts import failure_verdict, poison_verdict
 from workers.wire.contract import (
     GRADE_BATCH,
     MAX_PAYLOAD_BYTES,

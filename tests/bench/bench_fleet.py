@@ -506,7 +506,7 @@ _PLAIN: list[Rollout] = []
 
 def _plain_init(n: int) -> None:
     """Build the rollouts here (sending them would time the pickling) and warm up."""
-    from workers.sandbox import warm_up_verifier
+    from workers.sandbox.process import warm_up_verifier
 
     _PLAIN[:] = unique_rollouts(real_rollouts(), n)
     warm_up_verifier()

@@ -87,7 +87,7 @@ def _env() -> dict[str, str]:
 _PLAIN = """
 import json, sys, time
 from workers import verifier
-from workers.sandbox import warm_up_verifier
+from workers.sandbox.process import warm_up_verifier
 warm_up_verifier()
 src, dst = sys.argv[1], sys.argv[2]
 started = time.perf_counter()
@@ -402,10 +402,10 @@ def _steps(src: Path, n: int) -> None:
     from producer.batching import InputRow, dump_line, graded_record, parse_line
     from workers import verifier
     from workers.cache import SqliteResultCache, cache_entry, cache_keyer
-    from workers.childproc import FrameBuffer, encode_frame
     from workers.exact_cache import ExactLayer
     from workers.models import GradeOptions, Verdict
-    from workers.sandbox import warm_up_verifier
+    from workers.sandbox.childproc import FrameBuffer, encode_frame
+    from workers.sandbox.process import warm_up_verifier
     from workers.sizing import CACHE_WRITE_BEHIND_ROWS
 
     warm_up_verifier()

@@ -29,7 +29,7 @@ from workers import verifier
 from workers.batch import GradeItem
 from workers.local import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
-from workers.sandbox import Sandbox
+from workers.sandbox.process import Sandbox
 
 OPTIONS = GradeOptions()
 TRIVIAL = Verdict(

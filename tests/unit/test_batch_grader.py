@@ -21,7 +21,7 @@ from workers.cache import SqliteResultCache
 from workers.errors import CacheError
 from workers.models import GradeOptions, Status, Verdict
 from workers.redis_cache import RedisResultCache
-from workers.sandbox import Sandbox
+from workers.sandbox.process import Sandbox
 
 OPTIONS = GradeOptions()
 MIB = 1 << 20

@@ -11,7 +11,7 @@ import producer
 FORBIDDEN = (
     "sympy",
     "workers.verifier",
-    "workers.sandbox",
+    "workers.sandbox.process",
     "workers.tasks",
     "workers.local",
 )

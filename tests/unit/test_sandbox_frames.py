@@ -1,10 +1,10 @@
-"""Length-prefixed JSON frames between forked processes (workers.childproc)."""
+"""Length-prefixed JSON frames between forked processes (workers.sandbox.childproc)."""
 
 from __future__ import annotations
 
 import os
 
-from workers.childproc import FrameBuffer, encode_frame, read_frame, write_frame
+from workers.sandbox.childproc import FrameBuffer, encode_frame, read_frame, write_frame
 
 MESSAGES = [
     {"r": "text \\boxed{½} \ud800 end", "g": "1/2"},

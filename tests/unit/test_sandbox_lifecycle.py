@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.helpers import hostile_grade
 from workers import verifier
 from workers.models import GradeOptions, Status, Verdict
-from workers.sandbox import Sandbox
+from workers.sandbox.process import Sandbox
 
 OPTIONS = GradeOptions()
 MIB = 1 << 20
@@ -125,7 +125,7 @@ PARENT_SCRIPT = """
 import sys, time
 from workers.models import GradeOptions
 from tests.helpers import hostile_grade
-from workers.sandbox import Sandbox
+from workers.sandbox.process import Sandbox
 sandbox = Sandbox(item_timeout_s=5.0, item_memory_bytes=256 << 20)
 sandbox.grade("\\\\boxed{1}", "1", GradeOptions())
 print(sandbox.child_pid, flush=True)
@@ -159,7 +159,7 @@ import sys
 from workers import verifier
 from workers.models import GradeOptions
 from tests.helpers import hostile_grade
-from workers.sandbox import Sandbox
+from workers.sandbox.process import Sandbox
 
 def probe(response, gold, *, options=None):
     preloaded = str("sympy" in sys.modules)

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import MIB, hostile_grade, misbehave_while_prepared
 from workers import verifier
 from workers.models import GradeOptions, Status
-from workers.sandbox import Sandbox
+from workers.sandbox.process import Sandbox
 
 OPTIONS = GradeOptions()
 

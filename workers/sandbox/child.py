@@ -1,7 +1,8 @@
 """The sandbox's child process: its grading loop, and the parent's handle on it.
 
-`spawn_child` forks a warm child (see `workers.childproc` for the fork hygiene) under
-RLIMIT_AS; `ChildProcess` is the parent's view: pipes, RSS sampling, kill and reap.
+`spawn_child` forks a warm child (see `workers.sandbox.childproc` for the fork
+hygiene) under RLIMIT_AS; `ChildProcess` is the parent's view: pipes, RSS sampling,
+kill and reap.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from workers import verifier
-from workers.childproc import (
+from workers.models import GradeOptions, Status, Verdict
+from workers.sandbox.childproc import (
     FrameBuffer,
     fork_child,
     limit_address_space,
@@ -26,8 +28,7 @@ from workers.childproc import (
     statm_rss_bytes,
     write_frame,
 )
-from workers.models import GradeOptions, Status, Verdict
-from workers.progress import DECIDE, ProgressSlot
+from workers.sandbox.progress import DECIDE, ProgressSlot
 
 __all__ = [
     "EXIT_MEMORY",

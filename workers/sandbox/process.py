@@ -36,7 +36,6 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from workers import verifier
-from workers.childproc import encode_frame, write_all
 from workers.errors import SandboxError
 from workers.models import (
     EXTRACTION_METHOD_BY_VALUE,
@@ -45,16 +44,17 @@ from workers.models import (
     Status,
     Verdict,
 )
-from workers.progress import Step
-from workers.sandbox_child import ChildProcess, GradeFn, death_status, spawn_child
-from workers.sizing import RECYCLE_AFTER_ITEMS, SANDBOX_FRAME_ITEMS
-from workers.verdicts import (
+from workers.sandbox.child import ChildProcess, GradeFn, death_status, spawn_child
+from workers.sandbox.childproc import encode_frame, write_all
+from workers.sandbox.progress import Step
+from workers.sandbox.verdicts import (
     MEMORY_ERROR_REASON,
     culprit_verdict,
     deadline_reason,
     grader_raised_reason,
     memory_cap_reason,
 )
+from workers.sizing import RECYCLE_AFTER_ITEMS, SANDBOX_FRAME_ITEMS
 
 __all__ = [
     "GradeFn",
