@@ -202,15 +202,15 @@ class _EmbeddedGrader(GraderBase):
     """The local pool: worker processes on this machine, each with its own sandbox.
 
     With the cache on, rollouts graded before are answered here, from the cache's
-    exact-response layer (`workers.exact_cache`); only the others go to the pool,
+    exact-response layer (`workers.cache.exact`); only the others go to the pool,
     whose processes start on the first rollout that needs them.
     """
 
     def __init__(self, options: GradeOptions, settings: ProducerSettings) -> None:
         # Imported here: the cache needs the grader version (not SymPy), the pool
         # (on the first miss) the sandbox and the verifier's warm-up.
-        from workers.cache import SqliteResultCache
-        from workers.exact_cache import ExactLayer
+        from workers.cache.exact import ExactLayer
+        from workers.cache.results import SqliteResultCache
         from workers.verifier import GRADER_VERSION
 
         if settings.cache_dir is not None:

@@ -15,7 +15,7 @@ item mode reads it (`parse_line`), invalid UTF-8 included; the output lines come
 as UTF-8 bytes and are written as they are.
 
 With the cache on, a worker also keeps each unit's row verdicts under a hash of the
-unit (`workers.exact_cache`); the CLI looks a chunk's units up before it sends any,
+unit (`workers.cache.exact`); the CLI looks a chunk's units up before it sends any,
 and renders a stored one (`replay_line_unit`: parse, the same `graded_values` and
 `dump_line_bytes`, every verdict `cached`; a unit of usual lines without building
 rows) without grading: so a re-graded file starts no grading pool. Many stored units
@@ -55,7 +55,7 @@ from producer.batching import (
     verdict_values,
 )
 from producer.fields import FieldSpec
-from workers.exact_cache import stored_unit
+from workers.cache.exact import stored_unit
 from workers.models import STATUS_BY_VALUE, GradeOptions, Verdict
 
 if TYPE_CHECKING:  # not imported at run time: it pulls in the verifier

@@ -12,9 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workers import verifier
-from workers.cache import CacheBackend, cache_entry, cache_keyer, verdict_from_entry
+from workers.cache.exact import ExactLayer
+from workers.cache.results import (
+    CacheBackend,
+    cache_entry,
+    cache_keyer,
+    verdict_from_entry,
+)
 from workers.errors import CacheError
-from workers.exact_cache import ExactLayer
 from workers.models import (
     TRANSIENT_STATUSES,
     GradeOptions,

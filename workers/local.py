@@ -49,9 +49,9 @@ from typing import Any, Protocol
 
 from workers import verifier
 from workers.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
-from workers.cache import SqliteResultCache
+from workers.cache.exact import ExactLayer, unit_text
+from workers.cache.results import SqliteResultCache
 from workers.errors import CacheError, DeadlineError, SandboxError
-from workers.exact_cache import ExactLayer, unit_text
 from workers.inline import InlineGrader
 from workers.models import (
     GradeOptions,

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import redis
 
 from workers.batch import BatchGrader
+from workers.cache.redis_store import RedisResultCache
 from workers.errors import ConfigError
 from workers.line_batch import GradedSummary, grade_fleet_unit
 from workers.local import LocalPool
 from workers.metrics import WorkerMetrics
 from workers.models import Status, Verdict
-from workers.redis_cache import RedisResultCache
 from workers.sandbox.process import GradeFn, Sandbox
 from workers.settings import WorkerSettings
 from workers.wire.connections import RedisClients

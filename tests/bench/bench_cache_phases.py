@@ -61,8 +61,8 @@ def timed(owner, name):
 import producer.cli as cli
 import producer.grader as grader
 import workers.local as local
-from workers.cache import SqliteResultCache
-from workers.exact_cache import ExactLayer
+from workers.cache.results import SqliteResultCache
+from workers.cache.exact import ExactLayer
 
 timed(grader._EmbeddedGrader, "run_line_units")
 timed(local, "warm_up_verifier")

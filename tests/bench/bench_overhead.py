@@ -401,8 +401,8 @@ def _steps(src: Path, n: int) -> None:
 
     from producer.batching import InputRow, dump_line, graded_record, parse_line
     from workers import verifier
-    from workers.cache import SqliteResultCache, cache_entry, cache_keyer
-    from workers.exact_cache import ExactLayer
+    from workers.cache.exact import ExactLayer
+    from workers.cache.results import SqliteResultCache, cache_entry, cache_keyer
     from workers.models import GradeOptions, Verdict
     from workers.sandbox.childproc import FrameBuffer, encode_frame
     from workers.sandbox.process import warm_up_verifier

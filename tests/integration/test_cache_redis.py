@@ -9,8 +9,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from workers.cache.redis_store import RedisResultCache
 from workers.errors import CacheError
-from workers.redis_cache import RedisResultCache
 from workers.wire.protocol import result_key
 
 pytestmark = pytest.mark.integration

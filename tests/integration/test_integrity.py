@@ -19,7 +19,7 @@ from producer.client import GradingClient
 from tests.helpers import free_port
 from tests.integration.faults import publish_batch
 from workers import verifier
-from workers.cache import cache_keyer
+from workers.cache.results import cache_keyer
 from workers.models import GradeOptions, Verdict
 from workers.wire.contract import GRADE_BATCH, QUEUE, batch_to_wire, detach_items
 from workers.wire.protocol import (

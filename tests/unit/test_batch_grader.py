@@ -17,10 +17,10 @@ from redis.retry import Retry
 from tests.helpers import QWEN_FILE
 from workers import verifier
 from workers.batch import BatchGrader, DecisionMemo, GradeItem
-from workers.cache import SqliteResultCache
+from workers.cache.redis_store import RedisResultCache
+from workers.cache.results import SqliteResultCache
 from workers.errors import CacheError
 from workers.models import GradeOptions, Status, Verdict
-from workers.redis_cache import RedisResultCache
 from workers.sandbox.process import Sandbox
 
 OPTIONS = GradeOptions()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.cache import (
+from workers.cache.results import (
     ANSWER_FIELDS,
     _encode_entry,
     cache_entry,

@@ -14,8 +14,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from workers.cache.redis_store import _REDIS_SCRIPT_CHUNK, RedisResultCache
 from workers.errors import CacheError
-from workers.redis_cache import _REDIS_SCRIPT_CHUNK, RedisResultCache
 from workers.wire.protocol import result_key
 
 ENTRY = {
@@ -167,7 +167,7 @@ def test_cache_redis_falls_back_to_pipelined_sets_when_scripting_is_refused(
     cache = RedisResultCache(client, ttl_s=90)
     first, second = make_entries(150, "1"), make_entries(20, "2")
     # When two batches are stored
-    with caplog.at_level(logging.WARNING, logger="workers.cache"):
+    with caplog.at_level(logging.WARNING, logger="workers.cache.results"):
         cache.set_many(first)
         cache.set_many(second)
     # Then both are stored with their TTL, and the script was tried once only

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from workers.cache import SqliteResultCache
+from workers.cache.results import SqliteResultCache
 from workers.models import Status
 
 ENTRY = {
@@ -93,7 +93,7 @@ def test_cache_sqlite_refuses_transient_rows_even_if_present(tmp_path: Path) -> 
 
 WRITER = """
 import sys
-from workers.cache import SqliteResultCache
+from workers.cache.results import SqliteResultCache
 path, start, entry = sys.argv[1], int(sys.argv[2]), {entry!r}
 cache = SqliteResultCache(path)
 for i in range(start, start + 1000, 10):
@@ -118,7 +118,7 @@ def test_cache_sqlite_two_writer_processes(tmp_path: Path) -> None:
 
 OPENER = """
 import os, sys, time
-from workers.cache import SqliteResultCache
+from workers.cache.results import SqliteResultCache
 from workers.errors import CacheError
 path, worker, go, entry = sys.argv[1], sys.argv[2], sys.argv[3], {entry!r}
 while not os.path.exists(go):

@@ -9,8 +9,8 @@ from pathlib import Path
 from producer.grader import open_grader
 from producer.settings import ProducerSettings
 from workers import verifier
-from workers.cache import SqliteResultCache
-from workers.exact_cache import ExactLayer, exact_keyer
+from workers.cache.exact import ExactLayer, exact_keyer
+from workers.cache.results import SqliteResultCache
 from workers.models import GradeOptions, Rollout, Status
 
 OPTIONS = GradeOptions()

@@ -42,8 +42,8 @@ from tests.helpers import (
     real_rollouts,
 )
 from workers import local, verifier
-from workers.cache import SqliteResultCache
-from workers.exact_cache import ExactLayer
+from workers.cache.exact import ExactLayer
+from workers.cache.results import SqliteResultCache
 from workers.local import GradePairs, LocalPool
 from workers.models import GradeOptions, Status
 

@@ -19,9 +19,9 @@ from tests.helpers import (
 )
 from workers import verifier
 from workers.batch import GradeItem
-from workers.cache import SqliteResultCache
+from workers.cache.exact import ExactLayer
+from workers.cache.results import SqliteResultCache
 from workers.errors import SandboxError
-from workers.exact_cache import ExactLayer
 from workers.local import LocalPool
 from workers.models import GradeOptions, Status
 

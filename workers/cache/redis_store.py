@@ -1,5 +1,5 @@
 """The result cache in Redis (`RedisResultCache`); keys, entries and the SQLite store
-are `workers.cache`. The Redis key of a digest is `protocol.result_key`.
+are `workers.cache.results`. The Redis key of a digest is `protocol.result_key`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from workers.cache import _decode_entry, _encode_entry
+from workers.cache.results import _decode_entry, _encode_entry
 from workers.errors import CacheError
 from workers.wire.protocol import result_key
 from workers.wire.signing import Keyring

@@ -1,6 +1,6 @@
 """The exact-response layer of the embedded cache: whole verdicts by raw text.
 
-The answer layer (`workers.cache.cache_key`) keys a verdict by what the verifier
+The answer layer (`workers.cache.results.cache_key`) keys a verdict by what the verifier
 extracted, so every lookup needs the response prepared first. This layer keys whole
 verdicts by the raw texts, so a file graded before is answered without extracting:
 
@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from workers.cache import SqliteResultCache
+from workers.cache.results import SqliteResultCache
 from workers.jsontext import json_text
 from workers.models import GradeOptions, Verdict, is_final
 

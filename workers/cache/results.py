@@ -1,5 +1,5 @@
 """The result cache: `cache_key()` (sha256 of canonical JSON), its entries, and the
-SQLite store (the Redis store is `workers.redis_cache`, apart so that the embedded
+SQLite store (the Redis store is `workers.cache.redis_store`, apart so that the embedded
 CLI reads its cache without importing a Redis client).
 
 Only answer-dependent verdict fields are stored; per-response fields (extracted,
