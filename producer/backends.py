@@ -1,6 +1,6 @@
 """Asynchronous batch graders behind the coalescer, chosen by URL.
 
-- no URL: `PoolBackend`, the embedded pool on this machine (`workers.local`);
+- no URL: `PoolBackend`, the embedded pool on this machine (`workers.embedded.pool`);
 - `redis://`, `rediss://`, `sentinel://`: `FleetBackend`, a Celery fleet;
 - `http://`, `https://`: `HttpBackend`, a running `gradefleet serve`.
 

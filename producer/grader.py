@@ -2,7 +2,7 @@
 
 The URL picks where rollouts are graded, and the verdicts are the same everywhere:
 
-    None                  the embedded pool of local processes (`workers.local`)
+    None                  the embedded pool of local processes (`workers.embedded.pool`)
     redis:// rediss://    a Celery fleet (`producer.client.GradingClient`)
     sentinel://           the same, its Redis found through Sentinel
                           (`workers.wire.urls`)
@@ -32,7 +32,7 @@ from workers.models import GradeOptions, Rollout, RolloutLike, Verdict
 from workers.wire.lanes import INTERACTIVE
 
 if TYPE_CHECKING:
-    from workers.local import LocalPool
+    from workers.embedded.pool import LocalPool
 
 __all__ = [
     "Grader",
@@ -233,7 +233,7 @@ class _EmbeddedGrader(GraderBase):
 
     def _new_pool(self, **kw: Any) -> LocalPool:
         """A pool with this grader's process count and item limits."""
-        from workers.local import LocalPool
+        from workers.embedded.pool import LocalPool
         from workers.sizing import LOCAL_BATCH_SIZE
 
         settings = self._settings

@@ -7,7 +7,7 @@ one core, while the workers grade on the others (issue 11). In line mode the CLI
 only reads raw lines and writes what comes back; a worker parses a unit of lines,
 grades its rows (the same `grade_alternatives`, `graded_record`, `dump_line` as item
 mode) and returns the output lines, its totals and its malformed lines. The pool's
-limits hold per item as in item mode (`workers.local.LocalPool.run_units`).
+limits hold per item as in item mode (`workers.embedded.pool.LocalPool.run_units`).
 
 A unit crosses the pipe as a little JSON (line numbers and sizes, the field spec,
 the options) and its raw lines as bytes, so the worker reads each line exactly as
@@ -59,7 +59,7 @@ from workers.cache.exact import stored_unit
 from workers.models import STATUS_BY_VALUE, GradeOptions, Verdict
 
 if TYPE_CHECKING:  # not imported at run time: it pulls in the verifier
-    from workers.local import GradePairs
+    from workers.embedded.pool import GradePairs
 
 __all__ = [
     "FLEET_UNIT_HEAD",

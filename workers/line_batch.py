@@ -47,7 +47,7 @@ from producer.lines import (
     read_fleet_unit,
     render_unit,
 )
-from workers.local import Unit, UnitGrading
+from workers.embedded.pool import Unit, UnitGrading
 from workers.models import GradeOptions, Verdict
 from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
 from workers.wire.contract import (

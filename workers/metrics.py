@@ -136,7 +136,7 @@ def observe_all(histogram: Histogram, values: Iterable[float]) -> None:
 
 
 class WorkerMetrics:
-    """The worker's metrics; implements `workers.batch.BatchObserver`.
+    """The worker's metrics; implements `workers.embedded.batch.BatchObserver`.
 
     Args:
         registry: where the metrics are registered. ``None`` gives a private registry:

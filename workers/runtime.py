@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import redis
 
-from workers.batch import BatchGrader
 from workers.cache.redis_store import RedisResultCache
+from workers.embedded.batch import BatchGrader
+from workers.embedded.pool import LocalPool
 from workers.errors import ConfigError
 from workers.line_batch import GradedSummary, grade_fleet_unit
-from workers.local import LocalPool
 from workers.metrics import WorkerMetrics
 from workers.models import Status, Verdict
 from workers.sandbox.process import GradeFn, Sandbox

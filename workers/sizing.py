@@ -75,8 +75,8 @@ LOCAL_BATCH_SIZE = 64
 # or this many bytes of them: a line-mode unit is one row of some 8 KB, so rows
 # alone held a whole 60,000-rollout run's until the pool closed, written while
 # nothing else ran (~65 ms of a 2.4 s run's tail). A worker also writes its rows
-# once it is idle (`workers.local`: between the CLI's chunks), so the bytes bound
-# is above a 20,000-line chunk's share (~1.3 MB a worker of 2): rows are written
+# once it is idle (`workers.embedded.pool`: between the CLI's chunks), so the bytes
+# bound is above a 20,000-line chunk's share (~1.3 MB a worker of 2): rows are written
 # between chunks, not while the next unit waits.
 CACHE_WRITE_BEHIND_ROWS = 2_048
 CACHE_WRITE_BEHIND_BYTES = 4 << 20

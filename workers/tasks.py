@@ -18,7 +18,6 @@ from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from redis.lock import Lock
 
-from workers.batch import GradeItem
 from workers.bookkeeping import BatchProgress, Heartbeat, ResultSlot
 from workers.claim import (
     claim_batch,
@@ -27,6 +26,7 @@ from workers.claim import (
     release,
     renew,
 )
+from workers.embedded.batch import GradeItem
 from workers.line_batch import LineUnit, is_line_unit, line_unit_task
 from workers.models import Status, Verdict
 from workers.runtime import WorkerRuntime, get_runtime

@@ -60,7 +60,7 @@ def timed(owner, name):
 
 import producer.cli as cli
 import producer.grader as grader
-import workers.local as local
+import workers.embedded.pool as local
 from workers.cache.results import SqliteResultCache
 from workers.cache.exact import ExactLayer
 

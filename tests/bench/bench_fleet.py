@@ -164,7 +164,7 @@ def local_pool_s(
 def _local_pool_in_child(
     rollouts: list[Rollout], processes: int, item_timeout_s: float
 ) -> float:
-    from workers.local import LocalPool
+    from workers.embedded.pool import LocalPool
 
     with (
         tempfile.TemporaryDirectory() as tmp,

@@ -319,7 +319,7 @@ def _cache_size(cache_dir: Path, n: int) -> None:
 
 _ROLES = """
 import os, resource, sys
-import workers.local as local
+import workers.embedded.pool as local
 inner = local._worker_main
 def counted(*args):
     try:

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.helpers import GSM8K_FILE, QWEN_FILE
 from workers import verifier
-from workers.batch import GradeItem
-from workers.local import LocalPool
+from workers.embedded.batch import GradeItem
+from workers.embedded.pool import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.sandbox.process import Sandbox
 

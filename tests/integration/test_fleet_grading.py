@@ -20,7 +20,7 @@ from tests.helpers import hostile_grade, real_rollouts
 from tests.hooks import ABORT, HANG, OOM, hooked_grade
 from tests.integration.faults import save_first_verdict
 from workers import verifier
-from workers.local import LocalPool
+from workers.embedded.pool import LocalPool
 from workers.models import GradeOptions, Status, Verdict
 from workers.wire.contract import GRADE_BATCH, QUEUE, batch_to_wire
 from workers.wire.protocol import (

@@ -16,9 +16,9 @@ from redis.retry import Retry
 
 from tests.helpers import QWEN_FILE
 from workers import verifier
-from workers.batch import BatchGrader, DecisionMemo, GradeItem
 from workers.cache.redis_store import RedisResultCache
 from workers.cache.results import SqliteResultCache
+from workers.embedded.batch import BatchGrader, DecisionMemo, GradeItem
 from workers.errors import CacheError
 from workers.models import GradeOptions, Status, Verdict
 from workers.sandbox.process import Sandbox
@@ -232,7 +232,7 @@ def test_batch_cache_store_error_keeps_the_verdicts(
 
 def test_batch_own_fields_copy_keeps_every_other_field() -> None:
     # Given a verdict with no default left in any field, and another response's prep
-    from workers.batch import _with_own_fields
+    from workers.embedded.batch import _with_own_fields
     from workers.models import ExtractionMethod, VerifyMethod
 
     verdict = Verdict(

@@ -32,8 +32,8 @@ from producer.lines import (
 )
 from tests.helpers import hostile_grade
 from workers import verifier
+from workers.embedded.pool import LocalPool
 from workers.line_batch import grade_fleet_unit, is_line_unit, line_unit_task
-from workers.local import LocalPool
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.sizing import MAX_LINE_UNIT_LINES, MIN_BATCH_SIZE, line_unit_lines_for
 from workers.wire.contract import MAX_ITEMS_PER_BATCH

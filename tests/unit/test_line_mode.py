@@ -41,10 +41,11 @@ from tests.helpers import (
     mixed_lines,
     real_rollouts,
 )
-from workers import local, verifier
+from workers import verifier
 from workers.cache.exact import ExactLayer
 from workers.cache.results import SqliteResultCache
-from workers.local import GradePairs, LocalPool
+from workers.embedded import pool as local
+from workers.embedded.pool import GradePairs, LocalPool
 from workers.models import GradeOptions, Status
 
 OPTIONS = GradeOptions()

@@ -18,11 +18,11 @@ from tests.helpers import (
     qwen_groups,
 )
 from workers import verifier
-from workers.batch import GradeItem
 from workers.cache.exact import ExactLayer
 from workers.cache.results import SqliteResultCache
+from workers.embedded.batch import GradeItem
+from workers.embedded.pool import LocalPool
 from workers.errors import SandboxError
-from workers.local import LocalPool
 from workers.models import GradeOptions, Status
 
 OPTIONS = GradeOptions()

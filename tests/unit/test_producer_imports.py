@@ -13,7 +13,7 @@ FORBIDDEN = (
     "workers.verifier",
     "workers.sandbox.process",
     "workers.tasks",
-    "workers.local",
+    "workers.embedded.pool",
 )
 
 

@@ -18,8 +18,8 @@ rollout (hash, lookup, one SQLite insert each) and the file 491 bytes a rollout 
 the answer layer; per unit, 132 bytes a rollout, the cold run 0.94-0.97x of one
 without the cache run beside it (`tests/bench/bench_cache_phases.py` says where:
 a worker's CPU +55 ms, ~15 of it unit keys, ~30 held rows; a worker hashes each
-unit, ~36 us, looks up only some (`workers.local._Probes`), builds its row's text
-after the reply, ~15 us, and writes it while it would idle, ~60 us with the
+unit, ~36 us, looks up only some (`workers.embedded.pool._Probes`), builds its row's
+text after the reply, ~15 us, and writes it while it would idle, ~60 us with the
 checkpoint: ~4.5% more CPU in all, which on two busy cores is the time lost;
 hashing while idle too measured no faster), and a re-graded file 3.1-3.2x faster
 than its cold run. Storing a unit's

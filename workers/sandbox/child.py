@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 # A grading process's exit status when a MemoryError (RLIMIT_AS) ended it: this
-# child's, and the embedded pool's worker's (`workers.inline`); `death_status`
+# child's, and the embedded pool's worker's (`workers.embedded.inline`); `death_status`
 # reads it for both.
 EXIT_MEMORY = 86
 # How much deciding a child holds before it sends the answers (`_decide_chunk`).

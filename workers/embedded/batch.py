@@ -101,7 +101,7 @@ class DecisionMemo:
     dict lookup and a verdict built. Final verdicts only: a timeout or memory kill
     is the load's, and a worker lost to one takes its memo with it anyway. Its hits
     say `cached=False`, so it goes with no answer cache, whose hits say True
-    (`workers.local` gives it to the graders without one).
+    (`workers.embedded.pool` gives it to the graders without one).
     """
 
     def __init__(

@@ -3,8 +3,8 @@
 Same `BatchGrader`, same limits (item deadline, memory cap), same verdicts as a
 Celery worker; the cache is a `SqliteResultCache` file shared by the pool's processes
 (or none). Unlike a Celery worker, a pool worker grades its items in its own process
-(`workers.inline`), and this process, its parent, is the watchdog: it reads which
-item each worker is on from a shared `ProgressSlot`, kills a worker whose item
+(`workers.embedded.inline`), and this process, its parent, is the watchdog: it reads
+which item each worker is on from a shared `ProgressSlot`, kills a worker whose item
 overruns the deadline or the memory cap, answers that item and sends the rest of
 the batch again. A prefork child must outlive its items, so the fleet keeps its
 sandbox child; here that extra process and its pipes cost more CPU than the
@@ -48,11 +48,11 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from workers import verifier
-from workers.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
 from workers.cache.exact import ExactLayer, unit_text
 from workers.cache.results import SqliteResultCache
+from workers.embedded.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
+from workers.embedded.inline import InlineGrader
 from workers.errors import CacheError, DeadlineError, SandboxError
-from workers.inline import InlineGrader
 from workers.models import (
     GradeOptions,
     RolloutLike,
