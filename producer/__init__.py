@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from producer.aio import AsyncGradingClient, AsyncGradingJob
-    from producer.batching import InputRow, LineError, read_rows
     from producer.client import GradingClient, GradingJob, Rollout
     from producer.errors import (
         BrokerUnavailableError,
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     )
     from producer.grader import Grader, GraderBase, open_grader, register_scheme
     from producer.settings import ProducerSettings
+    from workers.lines.records import InputRow, LineError, read_rows
     from workers.models import GradeOptions
 
 __all__ = [
@@ -59,9 +59,9 @@ _HOMES = {
     "GraderBase": "producer.grader",
     "open_grader": "producer.grader",
     "register_scheme": "producer.grader",
-    "InputRow": "producer.batching",
-    "LineError": "producer.batching",
-    "read_rows": "producer.batching",
+    "InputRow": "workers.lines.records",
+    "LineError": "workers.lines.records",
+    "read_rows": "workers.lines.records",
     "ProducerSettings": "producer.settings",
     "GradeOptions": "workers.models",
     "BrokerUnavailableError": "producer.errors",

@@ -16,9 +16,9 @@ from typing import Any
 
 from producer.diff import Graded, read_graded
 from producer.errors import InputFormatError
-from producer.fields import FieldSpec, lookup
 from producer.report import group_label
 from producer.stats import Interval, corrected_accuracy, wilson
+from workers.lines.fields import FieldSpec, lookup
 
 __all__ = ["LABEL_FIELDS", "audit_file", "corrected_from_audit", "parse_label"]
 

@@ -18,7 +18,6 @@ from typing import Any, NoReturn
 
 import click
 
-from producer.batching import InputRow
 from producer.cli_options import cache_dir_option_value, embedded_options
 from producer.errors import (
     BrokerRefusedError,
@@ -26,9 +25,7 @@ from producer.errors import (
     MalformedInputError,
     ProducerError,
 )
-from producer.fields import FieldSpec, alias_table_text
 from producer.grader import Grader, line_runner, open_grader
-from producer.lines import LineGrader
 from producer.report_cli import (
     audit,
     check_broker_url,
@@ -51,6 +48,9 @@ from producer.sweep import (
 from producer.watchdog import NoWorkerWatch
 from workers import __version__
 from workers.errors import ConfigError, GraderError
+from workers.lines.fields import FieldSpec, alias_table_text
+from workers.lines.records import InputRow
+from workers.lines.units import LineGrader
 from workers.models import GradeOptions, Verdict
 from workers.sizing import LOCAL_BATCH_SIZE, line_unit_lines_for
 from workers.wire.signing import Keyring, keyring_from_env
@@ -143,7 +143,7 @@ class _ChunkGrader:
         self._watch = watch
         self.refused: BrokerRefusedError | None = None
         self._frozen = False
-        # Line mode, on the embedded pool or a fleet (`producer.lines`).
+        # Line mode, on the embedded pool or a fleet (`workers.lines.units`).
         self.run_units = line_runner(grader)
 
     def __call__(
@@ -170,7 +170,7 @@ class _ChunkGrader:
     def units(
         self, units: Sequence[Any], weights: Sequence[int], on_progress: Progress
     ) -> list[Any]:
-        """Line mode (`producer.lines`), in what is left of --deadline-s: a
+        """Line mode (`workers.lines.units`), in what is left of --deadline-s: a
         result per unit, None where none arrived in time (its lines are then
         written as rows, the `timeout` or `error` stand-ins of `__call__`)."""
         left_s = self._deadline_s - (time.monotonic() - self._started_s)

@@ -269,7 +269,7 @@ class GradingClient:
         priority: str | None = None,
         options: GradeOptions | None = None,
     ) -> GradingJob:
-        """Like `submit`, for units of input lines (`producer.lines.
+        """Like `submit`, for units of input lines (`workers.lines.units.
         fleet_unit_payload`, the CLI's line mode): one task each, graded and
         rendered by a worker (`workers.line_batch`). The job yields (unit index,
         the result's `lines`) pairs; `weights` (each unit's lines: about its

@@ -1,7 +1,7 @@
 """`gradefleet diff A B`: the verdicts that changed between two gradings of the same
 rollouts (say, before and after a verifier change), with a paired test.
 
-Rows are joined on their id (`producer.fields.record_id`, with `sample_idx`) when
+Rows are joined on their id (`workers.lines.fields.record_id`, with `sample_idx`) when
 every row of both files has a distinct one, else on their position in the file; a
 pair whose response texts differ stops the diff (the files do not line up).
 `cached` is ignored; a flip is a change of `correct` or `status`.
@@ -15,18 +15,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.batching import LineError
 from producer.errors import InputFormatError
-from producer.fields import (
+from producer.formats import iter_records
+from producer.report import MISSING, group_label
+from producer.stats import mcnemar_p, paired_delta
+from workers.lines.fields import (
     FieldError,
     FieldSpec,
     record_id,
     resolve_golds,
     resolve_samples,
 )
-from producer.formats import iter_records
-from producer.report import MISSING, group_label
-from producer.stats import mcnemar_p, paired_delta
+from workers.lines.records import LineError
 
 __all__ = ["DiffResult", "Graded", "diff_files", "read_graded"]
 
@@ -56,7 +56,7 @@ def read_graded(
     Raises:
         InputFormatError: a row without a verdict, or an unreadable line.
     """
-    from producer.fields import lookup
+    from workers.lines.fields import lookup
 
     rows: list[Graded] = []
     for item in iter_records(path):

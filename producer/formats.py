@@ -16,7 +16,8 @@ from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from producer.batching import (
+from producer.errors import InputFormatError
+from workers.lines.records import (
     IO_BUFFER_BYTES,
     LineError,
     atomic_output,
@@ -25,7 +26,6 @@ from producer.batching import (
     read_lines,
     read_records,
 )
-from producer.errors import InputFormatError
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -247,7 +247,7 @@ class _EmbeddedGrader(GraderBase):
 
     def _started_pool(self) -> LocalPool:
         if self._pool is None:
-            from producer.lines import grade_line_unit
+            from workers.lines.units import grade_line_unit
 
             self._pool = self._new_pool(
                 cache_path=self._settings.cache_path, unit_fn=grade_line_unit
@@ -262,7 +262,7 @@ class _EmbeddedGrader(GraderBase):
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
     ) -> list[Any]:
-        """Line mode (`producer.lines`): each unit run whole by a pool worker, or
+        """Line mode (`workers.lines.units`): each unit run whole by a pool worker, or
         rendered here from its rows' verdicts kept in the cache (a re-graded file
         starts no pool at all). None where a unit has no result:
         the deadline passed first, or its worker was lost too often with no item to
@@ -333,7 +333,11 @@ class _EmbeddedGrader(GraderBase):
         a few, else on a replay pool (forked here, no verifier warm-up: it renders,
         never grades), since a re-graded file's work is all rendering and one core
         did it alone (issue 11). A unit the pool lost is rendered here."""
-        from producer.lines import replay_body, replay_line_unit, replay_stored_unit
+        from workers.lines.units import (
+            replay_body,
+            replay_line_unit,
+            replay_stored_unit,
+        )
 
         if self._processes() < 2 or len(jobs) < _PARALLEL_REPLAY_UNITS:
             return [replay_line_unit(*job) for job in jobs]
@@ -488,7 +492,7 @@ class _FleetGrader(GraderBase):
             JobCutShortError: the deadline passed or the broker refused writes;
                 `partial` holds the results that arrived (None for the others).
         """
-        from producer.lines import fleet_unit_payload, fleet_unit_result
+        from workers.lines.units import fleet_unit_payload, fleet_unit_result
 
         job = self._client.submit_units(
             [fleet_unit_payload(unit, body) for unit, body in units],
@@ -512,7 +516,7 @@ class _FleetGrader(GraderBase):
 
 
 def line_runner(grader: Grader) -> Callable[..., list[Any]] | None:
-    """Line mode (`producer.lines`) of the embedded pool or of a fleet
+    """Line mode (`workers.lines.units`) of the embedded pool or of a fleet
     (`run_line_units`); None for any other grader, which grades rows only."""
     if isinstance(grader, _EmbeddedGrader | _FleetGrader):
         return grader.run_line_units

@@ -144,7 +144,7 @@ class Batch:
     resends: int = 0
     done: bool = False
     items_digest: str | None = None  # of the items as last stored (`_store_items`)
-    # A unit of input lines (`producer.lines.fleet_unit_payload`) stored in place
+    # A unit of input lines (`workers.lines.units.fleet_unit_payload`) stored in place
     # of items; `items` then holds one (unit index, "", "") and the unit's
     # "verdict" is its result's `lines` (`GradingClient.submit_units`).
     unit: bytes | None = None

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.batching import LineError
 from producer.errors import InputFormatError
-from producer.fields import SAMPLE_FIELD, FieldSpec, lookup, prompt_key
 from producer.stats import clustered_interval, majority_index, pass_at_k_array
+from workers.lines.fields import SAMPLE_FIELD, FieldSpec, lookup, prompt_key
+from workers.lines.records import LineError
 from workers.models import Status
 
 __all__ = [

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import click
 
 from producer.errors import InputFormatError
-from producer.fields import FieldSpec
 from producer.formats import iter_records
+from workers.lines.fields import FieldSpec
 
 __all__ = [
     "audit",

@@ -14,8 +14,13 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from producer.batching import GOLD_FIELDS, RESPONSE_FIELDS, InputRow, rows_from_record
-from producer.fields import lookup
+from workers.lines.fields import lookup
+from workers.lines.records import (
+    GOLD_FIELDS,
+    RESPONSE_FIELDS,
+    InputRow,
+    rows_from_record,
+)
 from workers.models import GradeOptions
 from workers.wire.lanes import INTERACTIVE, Lane
 

@@ -19,17 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from producer.batching import (
-    InputRow,
-    LineError,
-    Summary,
-    expand_records,
-    grade_alternatives,
-    graded_record,
-    growing_chunks,
-)
 from producer.errors import DeadlinePassedError, InputFormatError
-from producer.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
 from producer.formats import (
     InputFormat,
     JsonlWriter,
@@ -38,9 +28,19 @@ from producer.formats import (
     jsonl_lines,
     open_output,
 )
-from producer.lines import LineGrader, LineUnitResult, parse_lines
 from producer.overlap import BehindWriter, read_ahead, work_ahead
 from producer.signals import raise_if_stopped
+from workers.lines.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
+from workers.lines.records import (
+    InputRow,
+    LineError,
+    Summary,
+    expand_records,
+    grade_alternatives,
+    graded_record,
+    growing_chunks,
+)
+from workers.lines.units import LineGrader, LineUnitResult, parse_lines
 from workers.models import (
     Status,
     Verdict,
@@ -178,7 +178,7 @@ def grade_file(
     """Grade `input_path` into `output_path` and return the run's totals.
 
     With `grade_lines` (the embedded pool or a fleet), JSONL in and out without
-    `resume` goes in line mode (`producer.lines`): the workers parse the lines and
+    `resume` goes in line mode (`workers.lines.units`): the workers parse the lines and
     write the output lines, and this process only moves bytes. Otherwise this
     process reads rows and writes verdicts. With `overlap`, the next chunk is read
     and the previous one written in threads while two are graded

@@ -74,7 +74,7 @@ def mixed_lines() -> bytes:
     """Every kind of line item mode handles, as raw bytes (line mode must write
     what item mode writes for each: tests/unit/test_line_mode.py and the fleet's
     in tests/integration/test_cli_fleet.py)."""
-    from producer.batching import MAX_LINE_BYTES
+    from workers.lines.records import MAX_LINE_BYTES
 
     real = real_rollouts()[:150]
     records: list[Any] = [{"response": r.response, "gold": r.gold} for r in real]

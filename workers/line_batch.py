@@ -3,7 +3,7 @@
 In item mode the producer parses every JSONL line, sends each rollout, decodes each
 verdict and encodes each output line: some 20 us of its CPU a rollout, on the cores
 the fleet grades on. In line mode it stores a unit of raw lines
-(`producer.lines.fleet_unit_payload`) and writes back the output lines a worker
+(`workers.lines.units.fleet_unit_payload`) and writes back the output lines a worker
 rendered; the worker stores them beside the batch's result, which names them
 (`protocol.line_result_json`, `protocol.line_output_key`).
 
@@ -22,9 +22,9 @@ items, graded through the sandbox by `tasks.BatchRun`) serves the rare rest: poi
 verdicts after too many deliveries, a soft time limit, a unit whose grading process
 was lost too often with no item to blame.
 
-The lines are read and rendered with the producer's own line code
-(`producer.lines`, `producer.batching`: no Celery, no SymPy): the output must be
-byte for byte what the CLI writes in item mode, and that code is the format's one
+The lines are read and rendered with the CLI's own line code, kept below both sides
+(`workers.lines.units`, `workers.lines.records`: no Celery, no SymPy): the output must
+be byte for byte what the CLI writes in item mode, and that code is the format's one
 definition. A unit the worker cannot grade as a batch (its lines do not add up,
 too many rollouts, a text over the size limit) is answered "unfit": its producer
 grades those lines in item mode.
@@ -40,14 +40,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from producer.batching import InputRow, alternative_items, choose_alternatives
-from producer.lines import (
+from workers.embedded.pool import Unit, UnitGrading
+from workers.lines.records import InputRow, alternative_items, choose_alternatives
+from workers.lines.units import (
     FLEET_UNIT_HEAD,
     fleet_unit_lines,
     read_fleet_unit,
     render_unit,
 )
-from workers.embedded.pool import Unit, UnitGrading
 from workers.models import GradeOptions, Verdict
 from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
 from workers.wire.contract import (

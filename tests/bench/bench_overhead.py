@@ -399,10 +399,10 @@ def _steps(src: Path, n: int) -> None:
     """Each step of the embedded path timed alone (CPU, best of 3) on n rollouts."""
     import orjson
 
-    from producer.batching import InputRow, dump_line, graded_record, parse_line
     from workers import verifier
     from workers.cache.exact import ExactLayer
     from workers.cache.results import SqliteResultCache, cache_entry, cache_keyer
+    from workers.lines.records import InputRow, dump_line, graded_record, parse_line
     from workers.models import GradeOptions, Verdict
     from workers.sandbox.childproc import FrameBuffer, encode_frame
     from workers.sandbox.process import warm_up_verifier

@@ -26,8 +26,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from producer.batching import dump_line  # noqa: E402
 from tests.helpers import real_rollouts  # noqa: E402
+from workers.lines.records import dump_line  # noqa: E402
 from workers.verifier import grade  # noqa: E402
 
 RUN = "import sys; from producer.cli import main; main(sys.argv[1:])"

@@ -143,7 +143,7 @@ def publish_batch(
 ) -> str:
     """Store a batch's items and queue its task as a producer does (job id: the part
     of `batch_id` before the dot; signed when a `keyring` is given); returns the
-    items digest. With `unit` (a `producer.lines.fleet_unit_payload`), that is
+    items digest. With `unit` (a `workers.lines.units.fleet_unit_payload`), that is
     stored in place of the items, as `GradingClient.submit_units` does."""
     wire, items_json = detach_items(
         batch_to_wire(

@@ -13,12 +13,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from producer.batching import LINE_FIELD
 from producer.board import read_job_board
 from producer.cli import cli
 from producer.client import GradingClient
-from producer.fields import FieldSpec
-from producer.lines import fleet_unit_payload, line_unit
 from tests.helpers import free_port, mixed_lines
 from tests.hooks import HANG
 from tests.integration.faults import (
@@ -28,6 +25,9 @@ from tests.integration.faults import (
     save_first_verdict,
 )
 from workers import verifier
+from workers.lines.fields import FieldSpec
+from workers.lines.records import LINE_FIELD
+from workers.lines.units import fleet_unit_payload, line_unit
 from workers.metrics import ProducerMetrics
 from workers.models import GradeOptions
 from workers.wire.protocol import partial_key, read_task_meta, task_meta_key

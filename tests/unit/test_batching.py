@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from producer.batching import (
+from workers.lines.fields import FieldSpec
+from workers.lines.records import (
     LINE_FIELD,
     VERDICT_FIELDS,
     InputRow,
@@ -26,7 +27,6 @@ from producer.batching import (
     read_rows,
     rows_from_record,
 )
-from producer.fields import FieldSpec
 from workers.models import ExtractionMethod, Status, Verdict, VerifyMethod
 from workers.wire.contract import MAX_TEXT_CHARS
 

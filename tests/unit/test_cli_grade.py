@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from producer.batching import LINE_FIELD, VERDICT_FIELDS
 from producer.cli import cli
 from producer.errors import MalformedInputError
+from workers.lines.records import LINE_FIELD, VERDICT_FIELDS
 from workers.models import GradeOptions
 from workers.verifier import grade
 

@@ -15,9 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from producer import formats
-from producer.batching import InputRow, LineError, expand_records, rows_from_record
 from producer.errors import InputFormatError
-from producer.fields import FieldSpec, prompt_key, record_id
 from producer.formats import (
     InputFormat,
     JsonlWriter,
@@ -26,6 +24,8 @@ from producer.formats import (
     open_output,
 )
 from tests.helpers import QWEN_FILE as QWEN
+from workers.lines.fields import FieldSpec, prompt_key, record_id
+from workers.lines.records import InputRow, LineError, expand_records, rows_from_record
 
 
 def _rows(record: dict[str, Any], spec: FieldSpec | None = None) -> list[InputRow]:

@@ -13,14 +13,18 @@ from typing import Any
 
 import pytest
 
-from producer.batching import (
+from tests.helpers import hostile_grade
+from workers import verifier
+from workers.embedded.pool import LocalPool
+from workers.line_batch import grade_fleet_unit, is_line_unit, line_unit_task
+from workers.lines.fields import FieldSpec
+from workers.lines.records import (
     InputRow,
     alternative_items,
     choose_alternatives,
     grade_alternatives,
 )
-from producer.fields import FieldSpec
-from producer.lines import (
+from workers.lines.units import (
     UNIT_MAX_BYTES,
     LineGrader,
     fleet_unit_lines,
@@ -30,10 +34,6 @@ from producer.lines import (
     line_unit,
     read_fleet_unit,
 )
-from tests.helpers import hostile_grade
-from workers import verifier
-from workers.embedded.pool import LocalPool
-from workers.line_batch import grade_fleet_unit, is_line_unit, line_unit_task
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.sizing import MAX_LINE_UNIT_LINES, MIN_BATCH_SIZE, line_unit_lines_for
 from workers.wire.contract import MAX_ITEMS_PER_BATCH

@@ -1,4 +1,4 @@
-"""Line mode (`producer.lines`): the embedded pool's workers read and write the
+"""Line mode (`workers.lines.units`): the embedded pool's workers read and write the
 JSONL lines. It must write what item mode writes, byte for byte, and keep the
 pool's limits per item (real LocalPool processes)."""
 
@@ -19,20 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from producer.batching import (
-    InputRow,
-    dump_line,
-    graded_record,
-    parse_line,
-)
 from producer.cli import cli
-from producer.fields import FieldSpec
-from producer.lines import (
-    LineGrader,
-    grade_line_unit,
-    line_unit,
-    replay_line_unit,
-)
 from producer.sweep import grade_file
 from tests.helpers import (
     hostile_grade,
@@ -46,6 +33,19 @@ from workers.cache.exact import ExactLayer
 from workers.cache.results import SqliteResultCache
 from workers.embedded import pool as local
 from workers.embedded.pool import GradePairs, LocalPool
+from workers.lines.fields import FieldSpec
+from workers.lines.records import (
+    InputRow,
+    dump_line,
+    graded_record,
+    parse_line,
+)
+from workers.lines.units import (
+    LineGrader,
+    grade_line_unit,
+    line_unit,
+    replay_line_unit,
+)
 from workers.models import GradeOptions, Status
 
 OPTIONS = GradeOptions()

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from producer.batching import InputRow, dump_line, expand_records, graded_record
 from producer.cli import cli
 from producer.formats import iter_records
 from tests.helpers import QWEN_FILE as QWEN
+from workers.lines.records import InputRow, dump_line, expand_records, graded_record
 from workers.verifier import grade
 
 

@@ -6,7 +6,7 @@ verdicts by the raw texts, so a file graded before is answered without extractin
 
 - per rollout, (response, gold) -> verdict: for `Grader.grade` callers (the CLI
   in item mode, the service's embedded backend), looked up before the pool;
-- per unit of the CLI's line mode (`producer.lines`), a hash of the unit's lines,
+- per unit of the CLI's line mode (`workers.lines.units`), a hash of the unit's lines,
   numbers, fields and options -> its rows' verdicts: one row per 64 rollouts,
   stored by the pool worker that graded the unit, looked up by the CLI, which
   renders a stored unit from its input lines without starting the pool (after

@@ -11,7 +11,7 @@ sandbox child; here that extra process and its pipes cost more CPU than the
 grading (issue 11).
 
 Two kinds of work: `grade` sends rollouts and gets verdicts back; `run_units` sends
-units (a little JSON and raw bytes: the CLI's JSONL lines, `producer.lines`) that
+units (a little JSON and raw bytes: the CLI's JSONL lines, `workers.lines.units`) that
 the workers turn into results with the pool's `unit_fn`, so the caller's own
 per-rollout work (parsing, encoding output) runs in the workers too. The limits are
 the same: a unit's items are numbered in the slot, and a unit sent again after its

@@ -226,7 +226,7 @@ def line_result_json(
     keyring: Keyring | None = None,
 ) -> str:
     """The result of a batch of input lines (a fleet's line mode: the CLI stores
-    the lines, `producer.lines.fleet_unit_payload`, and the worker renders them):
+    the lines, `workers.lines.units.fleet_unit_payload`, and the worker renders them):
     `lines` holds the totals and malformed lines and names the key of the output
     lines (`line_output_key`: bytes as the CLI writes them, never escaped into
     this JSON and read back), with their size and, with a keyring, their SHA-256;

@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from producer.batching import (
+from workers.cache.exact import stored_unit
+from workers.lines.fields import FieldSpec
+from workers.lines.records import (
     VERDICT_FIELDS,
     InputRow,
     LineError,
@@ -54,8 +56,6 @@ from producer.batching import (
     usual_layout,
     verdict_values,
 )
-from producer.fields import FieldSpec
-from workers.cache.exact import stored_unit
 from workers.models import STATUS_BY_VALUE, GradeOptions, Verdict
 
 if TYPE_CHECKING:  # not imported at run time: it pulls in the verifier

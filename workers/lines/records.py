@@ -1,6 +1,6 @@
 """JSONL rollouts in and graded records out: line errors, chunking, output (pure).
 
-Input: one JSON object per line; `producer.fields` says which fields hold the
+Input: one JSON object per line; `workers.lines.fields` says which fields hold the
 response(s) and gold(s) (a list of responses is one row per sample). Blank lines are
 skipped. A line that cannot be used becomes a `LineError` and every other line is still
 graded. Output: the input object (one per sample) plus `VERDICT_FIELDS` and
@@ -29,7 +29,8 @@ from typing import IO, Any, TypeVar
 
 import orjson
 
-from producer.fields import (
+from workers import models
+from workers.lines.fields import (
     GOLD_FIELDS,
     LINE_FIELD,
     RESPONSE_FIELDS,
@@ -39,7 +40,6 @@ from producer.fields import (
     resolve_samples,
     sample_records,
 )
-from workers import models
 from workers.models import Status, Verdict
 from workers.wire.contract import text_error
 
@@ -127,7 +127,8 @@ class LineError:
 def rows_from_record(
     record: dict[str, Any], line_no: int, spec: FieldSpec = DEFAULT_SPEC
 ) -> list[InputRow] | LineError:
-    """One row per sample of `record` (see `producer.fields`), or the line's error."""
+    """One row per sample of `record` (see `workers.lines.fields`), or the line's
+    error."""
     if spec.response is None and spec.gold is None and usual_layout(record):
         # The row the tables below resolve it to, without walking them (issue 11:
         # 5.5 of the CLI's ~30 us a row).
