@@ -76,7 +76,7 @@ DEFAULT_MAX_BATCHES_IN_FLIGHT = 64
 
 
 class ClientMetrics(Protocol):
-    """What the client reports (`workers.metrics.ProducerMetrics` fits)."""
+    """What the client reports (`workers.fleet.metrics.ProducerMetrics` fits)."""
 
     @property
     def rollouts_submitted(self) -> Any: ...
@@ -271,7 +271,7 @@ class GradingClient:
     ) -> GradingJob:
         """Like `submit`, for units of input lines (`workers.lines.units.
         fleet_unit_payload`, the CLI's line mode): one task each, graded and
-        rendered by a worker (`workers.line_batch`). The job yields (unit index,
+        rendered by a worker (`workers.fleet.line_batch`). The job yields (unit index,
         the result's `lines`) pairs; `weights` (each unit's lines: about its
         rollouts) are what the metrics and the job board count."""
         job_id = uuid.uuid4().hex

@@ -484,7 +484,7 @@ class _FleetGrader(GraderBase):
         on_progress: ProgressFn | None = None,
         deadline_s: float | None = None,
     ) -> list[Any]:
-        """Line mode on the fleet (`workers.line_batch`): each unit one task, its
+        """Line mode on the fleet (`workers.fleet.line_batch`): each unit one task, its
         lines read, graded and rendered by a worker. None where a unit has no
         result (a worker found it unfit: grade its rows with `grade`).
 

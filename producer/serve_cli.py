@@ -163,7 +163,7 @@ def serve(
     metrics = ServiceMetrics()
     collectors: tuple[object, ...] = ()
     if broker:
-        from workers.metrics import QueueDepthCollector
+        from workers.fleet.metrics import QueueDepthCollector
         from workers.wire.connections import redis_client
         from workers.wire.lanes import LANE_QUEUES
 

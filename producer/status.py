@@ -186,7 +186,7 @@ def _lanes_and_jobs(
 ) -> tuple[tuple[LaneStatus, ...], int, tuple[JobEntry, ...]]:
     import redis
 
-    from workers.metrics import read_queue_depths
+    from workers.fleet.metrics import read_queue_depths
     from workers.wire.connections import redis_client
 
     try:

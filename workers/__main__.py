@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workers.settings import WorkerSettings
+from workers.fleet.settings import WorkerSettings
 from workers.wire.urls import connect_url, read_secret
 
 __all__ = ["build_parser", "main", "settings_from_args"]
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _lanes(text: str) -> tuple[str, ...]:
     from workers.errors import ConfigError
-    from workers.settings import parse_lanes
+    from workers.fleet.settings import parse_lanes
 
     try:
         return parse_lanes(text)
@@ -94,7 +94,7 @@ def _setup_metrics(settings: WorkerSettings) -> None:
         return
     # Import here: prometheus_client must switch to multiprocess mode before any
     # metric exists, which prepare_multiprocess_dir() does.
-    from workers.metrics import prepare_multiprocess_dir, start_metrics_server
+    from workers.fleet.metrics import prepare_multiprocess_dir, start_metrics_server
     from workers.wire.connections import redis_client
     from workers.wire.lanes import LANE_QUEUES
 
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_metrics(settings)
     from celery.signals import worker_init
 
-    from workers.app import create_app
+    from workers.fleet.app import create_app
 
     app = create_app(settings)
     workers: list[Any] = []

@@ -53,7 +53,7 @@ CHUNK_ROWS_GROWTH = 3
 JOB_BATCHES = 32
 MIN_BATCH_SIZE = 16
 MAX_AUTO_BATCH_SIZE = 512
-# A fleet's line-mode task (`workers.line_batch`) is a unit of a file's lines, and
+# A fleet's line-mode task (`workers.fleet.line_batch`) is a unit of a file's lines, and
 # its producer only moves bytes: its units are bigger than a job's rollouts are cut
 # into, since each task costs the fleet some 5 ms of CPU besides its grading (Celery,
 # kombu, six Redis round trips, the sandbox's first small chunks; measured by

@@ -10,7 +10,7 @@ in batches of `--batch-size` back to back. Each sample line: elapsed seconds,
 rollouts/s since the previous line, tasks so far, RSS of the worker's main process
 and of its prefork children (MiB), Redis keys and used memory. The closing line
 gives the main process's RSS growth over the second half of the run, per 1,000
-tasks: a plateau is ~0 (it was ~0.55 MB per 1,000 tasks before `workers.timers`).
+tasks: a plateau is ~0 (it was ~0.55 MB per 1,000 tasks before `workers.fleet.timers`).
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ from tests.integration.faults import (
     save_first_verdict,
 )
 from workers import verifier
+from workers.fleet.metrics import ProducerMetrics
 from workers.lines.fields import FieldSpec
 from workers.lines.records import LINE_FIELD
 from workers.lines.units import fleet_unit_payload, line_unit
-from workers.metrics import ProducerMetrics
 from workers.models import GradeOptions
 from workers.wire.protocol import partial_key, read_task_meta, task_meta_key
 

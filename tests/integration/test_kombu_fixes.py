@@ -1,4 +1,5 @@
-"""kombu's Redis transport as the worker runs it (workers/kombu_fixes.py): a channel
+"""kombu's Redis transport as the worker runs it (workers/fleet/kombu_fixes.py): a
+channel
 left open by a connection collect that was cut short fails with connection errors
 (which Celery handles) rather than an AttributeError (which stops the worker), and
 an ack the broker refuses still frees its prefetch slot."""
@@ -14,8 +15,8 @@ import pytest
 import redis
 from kombu.common import ignore_errors
 
-from workers.broker import Transport
-from workers.kombu_fixes import (
+from workers.fleet.broker import Transport
+from workers.fleet.kombu_fixes import (
     closed_channels_fail_as_connection_errors,
     failed_acks_free_their_prefetch_slot,
 )

@@ -7,7 +7,7 @@ import pytest
 from kombu import Connection
 from prometheus_client import CollectorRegistry
 
-from workers.metrics import QueueDepthCollector, QueueDepths, read_queue_depths
+from workers.fleet.metrics import QueueDepthCollector, QueueDepths, read_queue_depths
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""`workers.broker`'s transports on a private redis-server: a channel builds one
+"""`workers.fleet.broker`'s transports on a private redis-server: a channel builds one
 Redis client per pool, and messages still go through."""
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def test_channel_reuses_one_client_per_pool(redis_server, redis_client, publish_
 
 
 def test_transport_names_by_scheme():
-    assert transport_for("redis://h:1/0") == "workers.broker:Transport"
+    assert transport_for("redis://h:1/0") == "workers.fleet.broker:Transport"
     assert transport_for("rediss://h:1/0", publish_only=True) == (
-        "workers.broker:PublishTransport"
+        "workers.fleet.broker:PublishTransport"
     )
     assert transport_for("sentinel://h:1,h:2/mymaster/0") == (
-        "workers.broker:SentinelTransport"
+        "workers.fleet.broker:SentinelTransport"
     )
     assert transport_for("amqp://h") is None

@@ -1,4 +1,4 @@
-"""A batch's claim (`workers.claim`) on a private redis-server: the one-round-trip
+"""A batch's claim (`workers.fleet.claim`) on a private redis-server: the one-round-trip
 path (result backend = broker) and the two-call path (another client) alike."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from workers import claim as claims
+from workers.fleet import claim as claims
 from workers.wire.protocol import claim_key, task_meta, task_meta_key
 
 Paths = Callable[[redis.Redis], redis.Redis]

@@ -14,7 +14,7 @@ from producer.status import (
     redact_url,
     totals_from_exposition,
 )
-from workers.metrics import WorkerMetrics, exposition
+from workers.fleet.metrics import WorkerMetrics, exposition
 from workers.models import ExtractionMethod, Status, Verdict
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from workers.__main__ import build_parser
-from workers.settings import WorkerSettings
+from workers.fleet.settings import WorkerSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 COMPOSE: dict[str, Any] = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from workers.__main__ import worker_argv
-from workers.metrics import QueueDepthCollector
-from workers.settings import WorkerSettings
+from workers.fleet.metrics import QueueDepthCollector
+from workers.fleet.settings import WorkerSettings
 from workers.wire.lanes import LANE_QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from workers.metrics import ProducerMetrics, QueueDepthCollector, WorkerMetrics
+from workers.fleet.metrics import ProducerMetrics, QueueDepthCollector, WorkerMetrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # Series Prometheus itself attaches to every scrape target.

@@ -1,5 +1,5 @@
 """A fleet's line mode, the pure parts: the unit payload a producer stores, the
-batch a worker makes of it (`workers.line_batch`), the result envelope and its MAC
+batch a worker makes of it (`workers.fleet.line_batch`), the result envelope and its MAC
 (`protocol.line_result_json`), and what the producer reads back. The fleet runs of
 it are in tests/integration/test_cli_fleet.py."""
 
@@ -16,7 +16,7 @@ import pytest
 from tests.helpers import hostile_grade
 from workers import verifier
 from workers.embedded.pool import LocalPool
-from workers.line_batch import grade_fleet_unit, is_line_unit, line_unit_task
+from workers.fleet.line_batch import grade_fleet_unit, is_line_unit, line_unit_task
 from workers.lines.fields import FieldSpec
 from workers.lines.records import (
     InputRow,

@@ -84,8 +84,8 @@ def test_import_graph_finds_a_planted_cycle() -> None:
 
 def test_import_graph_sees_our_modules() -> None:
     graph = import_graph()
-    assert "workers.runtime" in graph["workers.tasks"]
-    assert "workers.tasks" in graph["workers.app"]
+    assert "workers.fleet.runtime" in graph["workers.fleet.tasks"]
+    assert "workers.fleet.tasks" in graph["workers.fleet.app"]
 
 
 def test_import_graph_has_no_cycles_in_workers_or_producer() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from kombu.utils.scheduling import cycle_by_name
 
-from workers.app import create_app
 from workers.errors import ConfigError
-from workers.settings import WorkerSettings, parse_lanes
+from workers.fleet.app import create_app
+from workers.fleet.settings import WorkerSettings, parse_lanes
 from workers.wire.lanes import (
     BULK,
     INTERACTIVE,

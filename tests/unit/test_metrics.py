@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 import workers
 from tests.helpers import free_port
-from workers.metrics import (
+from workers.fleet.metrics import (
     RESTART_REASONS,
     ProducerMetrics,
     QueueDepthCollector,
@@ -249,7 +249,7 @@ def test_observe_all_exposes_what_observing_one_at_a_time_does() -> None:
     # Given two histograms alike, and values on, between and past their bounds
     from prometheus_client import Histogram
 
-    from workers.metrics import ITEM_BUCKETS_S, observe_all
+    from workers.fleet.metrics import ITEM_BUCKETS_S, observe_all
 
     values = [0.0, *ITEM_BUCKETS_S, 0.0007, 0.3, 12.5, 1e9, 0.05, 0.05]
     one, bulk = CollectorRegistry(), CollectorRegistry()

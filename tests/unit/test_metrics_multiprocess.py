@@ -17,7 +17,7 @@ _SCRIPT = textwrap.dedent(
     """
     import json, os, signal, sys
     from pathlib import Path
-    from workers import metrics as m
+    from workers.fleet import metrics as m
     from workers.models import ExtractionMethod, Status, Verdict
 
     MIX = {"correct": 500, "wrong": 300, "timeout": 100, "unsupported": 60,
@@ -124,7 +124,7 @@ def test_metrics_multiprocess_env_not_leaked_into_pytest():
 
 def test_metrics_registry_needs_prepared_dir(monkeypatch):
     from workers.errors import GraderError
-    from workers.metrics import metrics_registry
+    from workers.fleet.metrics import metrics_registry
 
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     with pytest.raises(GraderError, match="prepare_multiprocess_dir"):

@@ -12,7 +12,7 @@ FORBIDDEN = (
     "sympy",
     "workers.verifier",
     "workers.sandbox.process",
-    "workers.tasks",
+    "workers.fleet.tasks",
     "workers.embedded.pool",
 )
 

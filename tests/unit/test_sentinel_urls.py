@@ -105,8 +105,8 @@ def test_sentinel_urls_async_client_asks_the_sentinels_too() -> None:
 
 
 def test_sentinel_urls_worker_app_gets_master_name_for_broker_and_results() -> None:
-    from workers.app import create_app
-    from workers.settings import WorkerSettings
+    from workers.fleet.app import create_app
+    from workers.fleet.settings import WorkerSettings
 
     settings = WorkerSettings.from_env({"GRADEFLEET_BROKER_URL": URL})
     app = create_app(settings)

@@ -1,10 +1,11 @@
-"""The purge of cancelled time-limit timers (`workers.timers`) on kombu's own Timer."""
+"""The purge of cancelled time-limit timers (`workers.fleet.timers`) on kombu's own
+Timer."""
 
 from __future__ import annotations
 
 from kombu.asynchronous.timer import Timer
 
-from workers.timers import purge_cancelled
+from workers.fleet.timers import purge_cancelled
 
 
 def test_timers_purge_drops_cancelled_entries_and_keeps_the_rest_in_order():

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from workers.__main__ import build_parser, settings_from_args, worker_argv
-from workers.app import create_app
 from workers.errors import ConfigError
-from workers.settings import WorkerSettings
+from workers.fleet.app import create_app
+from workers.fleet.settings import WorkerSettings
 from workers.wire.contract import GRADE_BATCH, QUEUE
 
 
@@ -113,8 +113,8 @@ def test_worker_main_process_warms_the_verifier_before_the_pool_forks():
     script = (
         "import gc, sys\n"
         "from celery.signals import worker_init\n"
-        "from workers.app import create_app\n"
-        "from workers.settings import WorkerSettings\n"
+        "from workers.fleet.app import create_app\n"
+        "from workers.fleet.settings import WorkerSettings\n"
         "create_app(WorkerSettings())\n"
         "before = 'sympy' in sys.modules\n"
         "worker_init.send(sender=None)\n"

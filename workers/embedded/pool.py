@@ -18,7 +18,7 @@ the same: a unit's items are numbered in the slot, and a unit sent again after i
 worker was lost carries the culprit's failure with it, and the verdicts its unit
 function kept before (`UnitGrading.keep`: a slow unit's, sent to the caller as they
 come). A fleet worker process grades its units of lines with a pool of one such
-worker (`workers.line_batch`).
+worker (`workers.fleet.line_batch`).
 
 Why plain `os.fork` workers talking length-prefixed JSON over pipes rather than
 multiprocessing: the parent has already imported the verifier, so each worker starts

@@ -27,8 +27,8 @@ pool's workers look up their units themselves and render those they find
 
 On a fleet a unit is a task: its lines are stored in Redis in place of a batch's
 items (`fleet_unit_payload`), a worker's grading process reads and grades them
-and renders them with `render_unit` (`workers.line_batch`), and the producer gets the
-output lines back as bytes with the totals and malformed lines
+and renders them with `render_unit` (`workers.fleet.line_batch`), and the producer gets
+the output lines back as bytes with the totals and malformed lines
 (`fleet_unit_result`).
 """
 
@@ -222,7 +222,7 @@ def fleet_unit_result(lines: Any) -> tuple[Any, bytes] | None:
     """A unit's result (as `grade_line_unit` gives it) from the `lines` of a fleet
     worker's result with its output lines as "out" (`producer.job`); None when
     the worker found the unit unfit (or the result is not what
-    `workers.line_batch` stores): its lines are graded as rows."""
+    `workers.fleet.line_batch` stores): its lines are graded as rows."""
     if not isinstance(lines, dict):
         return None
     out, totals, errors = lines.get("out"), lines.get("totals"), lines.get("errors")

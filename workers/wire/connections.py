@@ -135,9 +135,9 @@ _REDIS_SCHEMES = frozenset({"redis", "rediss"})
 
 def transport_for(broker_url: str, *, publish_only: bool = False) -> str | None:
     """Celery's `broker_transport` for `broker_url` (ours, not kombu's form): a
-    `workers.broker` transport for redis://, rediss:// and sentinel:// (a worker's,
-    or with `publish_only` a producer's), None (the URL's own) for any other scheme.
-    By name: kombu is imported only where Celery loads it."""
+    `workers.fleet.broker` transport for redis://, rediss:// and sentinel:// (a
+    worker's, or with `publish_only` a producer's), None (the URL's own) for any other
+    scheme. By name: kombu is imported only where Celery loads it."""
     scheme = urlsplit(broker_url).scheme.lower()
     if scheme in _REDIS_SCHEMES:
         name = "PublishTransport" if publish_only else "Transport"
@@ -145,7 +145,7 @@ def transport_for(broker_url: str, *, publish_only: bool = False) -> str | None:
         name = "SentinelPublishTransport" if publish_only else "SentinelTransport"
     else:
         return None
-    return f"workers.broker:{name}"
+    return f"workers.fleet.broker:{name}"
 
 
 def control_app(name: str, url: str) -> Celery:

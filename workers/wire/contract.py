@@ -254,7 +254,7 @@ def _item_from_wire(raw: object, position: int) -> WireItem:
 def pairs_error(pairs: Sequence[tuple[str, str]]) -> str | None:
     """Why a batch of these (response, gold) pairs is refused (too many, a text
     over the size limit), else None: the wire's bounds on items, for rollouts a
-    worker reads itself (`workers.line_batch`)."""
+    worker reads itself (`workers.fleet.line_batch`)."""
     if len(pairs) > MAX_ITEMS_PER_BATCH:
         return _too_many(len(pairs))
     for position, (response, gold) in enumerate(pairs):
@@ -289,7 +289,7 @@ def _options_from_wire(raw: object) -> GradeOptions:
 
 def batch_from_wire(data: object, *, allow_empty: bool = False) -> WireBatchRequest:
     """Validate a task argument strictly (`allow_empty`: a batch of input lines,
-    `workers.line_batch`, may hold no rollout, all its lines malformed).
+    `workers.fleet.line_batch`, may hold no rollout, all its lines malformed).
 
     Raises:
         InvalidRequestError: wrong schema version, types, sizes or duplicate indexes.

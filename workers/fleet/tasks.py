@@ -1,8 +1,8 @@
 """The `gradefleet.grade_batch` task: wire in, grade what is not yet graded, wire out.
 
 One `BatchRun` per delivery holds its state (saved verdicts, bookkeeping, heartbeat);
-the Redis side of it is `workers.bookkeeping`, the keys and the result envelope are
-`workers.wire.protocol`, the chunk sizes `workers.sizing`.
+the Redis side of it is `workers.fleet.bookkeeping`, the keys and the result envelope
+are `workers.wire.protocol`, the chunk sizes `workers.sizing`.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from redis.lock import Lock
 
-from workers.bookkeeping import BatchProgress, Heartbeat, ResultSlot
-from workers.claim import (
+from workers.embedded.batch import GradeItem
+from workers.fleet.bookkeeping import BatchProgress, Heartbeat, ResultSlot
+from workers.fleet.claim import (
     claim_batch,
     is_result_head,
     read_result_head,
     release,
     renew,
 )
-from workers.embedded.batch import GradeItem
-from workers.line_batch import LineUnit, is_line_unit, line_unit_task
+from workers.fleet.line_batch import LineUnit, is_line_unit, line_unit_task
+from workers.fleet.runtime import WorkerRuntime, get_runtime
 from workers.models import Status, Verdict
-from workers.runtime import WorkerRuntime, get_runtime
 from workers.sandbox.verdicts import failure_verdict, poison_verdict
 from workers.sizing import FIRST_CHUNK_ITEMS, SAVE_AFTER_S, next_chunk_items
 from workers.wire.contract import (
@@ -72,7 +72,7 @@ class BatchRun:
     A unit of input lines (`unit`; `request` is then its `head`, without
     rollouts) is graded whole in the runtime's `line_pool` and stores its
     rendered lines; it is read here as a batch of items (`LineUnit.batch`) only
-    when that cannot serve (see `workers.line_batch`). Either way it is graded
+    when that cannot serve (see `workers.fleet.line_batch`). Either way it is graded
     without the answer cache (see `WorkerRuntime.line_grader`).
     """
 

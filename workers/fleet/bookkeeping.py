@@ -77,7 +77,8 @@ class BatchProgress:
         claim_key: str | None = None,
     ) -> None:
         self._redis = client
-        # Deleted with the result: the stored items, and the claim (`workers.claim`).
+        # Deleted with the result: the stored items, and the claim
+        # (`workers.fleet.claim`).
         self._done_with = [k for k in (items_key, claim_key) if k is not None]
         self._batch_id = batch_id
         self._attempts = attempts_key(batch_id)
@@ -207,7 +208,7 @@ class Heartbeat:
         on_beat: Callable[[], None] | None = None,
     ) -> None:
         self._task = task
-        self._on_beat = on_beat  # e.g. renew the batch's claim (`workers.claim`)
+        self._on_beat = on_beat  # e.g. renew the batch's claim (`workers.fleet.claim`)
         # Read here, in the task's thread: `task.request` is thread-local, and in the
         # heartbeat thread its id is None.
         self._task_id = str(task.request.id)

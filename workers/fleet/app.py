@@ -1,7 +1,7 @@
 """The Celery app factory and its process signals.
 
 `create_app(settings)` configures JSON-only, late-ack, prefetch-1 Celery on Redis;
-each prefork child builds its own `workers.runtime.WorkerRuntime` at start.
+each prefork child builds its own `workers.fleet.runtime.WorkerRuntime` at start.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from celery import Celery
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 from celery.worker import control
 
-import workers.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
-from workers.kombu_fixes import (
+import workers.fleet.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
+from workers.fleet.kombu_fixes import (
     closed_channels_fail_as_connection_errors,
     failed_acks_free_their_prefetch_slot,
 )
-from workers.runtime import configure, forget_runtime, get_runtime
+from workers.fleet.runtime import configure, forget_runtime, get_runtime
+from workers.fleet.settings import WorkerSettings
+from workers.fleet.timers import TimerPurge
 from workers.sandbox.process import warm_up_verifier
-from workers.settings import WorkerSettings
-from workers.timers import TimerPurge
 from workers.wire.connections import celery_endpoint, transport_for
 from workers.wire.contract import QUEUE
 from workers.wire.lanes import LaneCycle
@@ -94,7 +94,7 @@ def create_app(settings: WorkerSettings) -> Celery:
     app = Celery("gradefleet", broker=broker.url, backend=backend.url)
     app.conf.update(
         # A broker refusing writes (maxmemory, read-only replica) is waited out
-        # like a lost connection (`workers.broker`), not a crash.
+        # like a lost connection (`workers.fleet.broker`), not a crash.
         broker_transport=transport_for(settings.broker_url),
         task_serializer="json",
         result_serializer="json",
@@ -103,7 +103,8 @@ def create_app(settings: WorkerSettings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         # STARTED and SUCCESS are written by the task itself, pipelined with its
-        # bookkeeping (workers.bookkeeping.ResultSlot); Celery still stores failures.
+        # bookkeeping (workers.fleet.bookkeeping.ResultSlot); Celery still stores
+        # failures.
         task_track_started=False,
         task_store_errors_even_if_ignored=True,
         worker_prefetch_multiplier=1,
@@ -122,7 +123,8 @@ def create_app(settings: WorkerSettings) -> Celery:
         task_time_limit=hard_s,
         worker_send_task_events=False,
     )
-    # Cancelled time-limit timers would stay in the heap until due (workers.timers).
+    # Cancelled time-limit timers would stay in the heap until due
+    # (workers.fleet.timers).
     app.steps["worker"].add(TimerPurge)
     worker_init.connect(_on_worker_init, weak=False, dispatch_uid="gf-worker-init")
     worker_process_init.connect(_on_process_init, weak=False, dispatch_uid="gf-init")

@@ -2,7 +2,7 @@
 observer that counts a task's items once they are stored.
 
 Built lazily, once per process (`get_runtime`): each prefork child builds its own
-after the fork (`workers.app` wires the Celery signals).
+after the fork (`workers.fleet.app` wires the Celery signals).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from workers.cache.redis_store import RedisResultCache
 from workers.embedded.batch import BatchGrader
 from workers.embedded.pool import LocalPool
 from workers.errors import ConfigError
-from workers.line_batch import GradedSummary, grade_fleet_unit
-from workers.metrics import WorkerMetrics
+from workers.fleet.line_batch import GradedSummary, grade_fleet_unit
+from workers.fleet.metrics import WorkerMetrics
+from workers.fleet.settings import WorkerSettings
 from workers.models import Status, Verdict
 from workers.sandbox.process import GradeFn, Sandbox
-from workers.settings import WorkerSettings
 from workers.wire.connections import RedisClients
 
 __all__ = [
@@ -95,7 +95,7 @@ class WorkerRuntime:
     observer: TaskObserver
     sandbox: Sandbox
     grader: BatchGrader
-    # A unit of input lines (`workers.line_batch`) is graded without the answer
+    # A unit of input lines (`workers.fleet.line_batch`) is graded without the answer
     # cache, as the embedded pool grades its units: a hit still needs the response
     # prepared and saves only deciding it, and the lookups and stores cost more
     # than that (issue 11, measured on a fleet: 77 -> 65 us of fleet CPU a rollout
