@@ -13,8 +13,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from producer.aio import AsyncGradingClient, AsyncGradingJob
-    from producer.client import GradingClient, GradingJob, Rollout
+    from producer.client.aio import AsyncGradingClient, AsyncGradingJob
+    from producer.client.fleet import GradingClient, GradingJob, Rollout
+    from producer.client.grader import Grader, GraderBase, open_grader, register_scheme
     from producer.errors import (
         BrokerUnavailableError,
         DeadlinePassedError,
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
         MalformedInputError,
         ProducerError,
     )
-    from producer.grader import Grader, GraderBase, open_grader, register_scheme
     from producer.settings import ProducerSettings
     from workers.lines.records import InputRow, LineError, read_rows
     from workers.models import GradeOptions
@@ -50,15 +50,15 @@ __all__ = [
 ]
 
 _HOMES = {
-    "AsyncGradingClient": "producer.aio",
-    "AsyncGradingJob": "producer.aio",
-    "GradingClient": "producer.client",
-    "GradingJob": "producer.client",
-    "Rollout": "producer.client",
-    "Grader": "producer.grader",
-    "GraderBase": "producer.grader",
-    "open_grader": "producer.grader",
-    "register_scheme": "producer.grader",
+    "AsyncGradingClient": "producer.client.aio",
+    "AsyncGradingJob": "producer.client.aio",
+    "GradingClient": "producer.client.fleet",
+    "GradingJob": "producer.client.fleet",
+    "Rollout": "producer.client.fleet",
+    "Grader": "producer.client.grader",
+    "GraderBase": "producer.client.grader",
+    "open_grader": "producer.client.grader",
+    "register_scheme": "producer.client.grader",
     "InputRow": "workers.lines.records",
     "LineError": "workers.lines.records",
     "read_rows": "workers.lines.records",

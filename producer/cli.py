@@ -19,13 +19,13 @@ from typing import Any, NoReturn
 import click
 
 from producer.cli_options import cache_dir_option_value, embedded_options
+from producer.client.grader import Grader, line_runner, open_grader
 from producer.errors import (
     BrokerRefusedError,
     DeadlinePassedError,
     MalformedInputError,
     ProducerError,
 )
-from producer.grader import Grader, line_runner, open_grader
 from producer.report_cli import (
     audit,
     check_broker_url,
@@ -458,7 +458,7 @@ def status(
     workers and recent throughput of a fleet."""
     # Here, not at the top: urllib.request is 20 ms of every CLI start (issue 11:
     # a re-graded file takes ~0.7 s in all), and only this command reads metrics.
-    from producer.status import read_fleet_status
+    from producer.client.status import read_fleet_status
 
     fleet = read_fleet_status(
         _connect_url(broker),

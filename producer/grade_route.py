@@ -24,7 +24,7 @@ import orjson
 from pydantic import ValidationError
 
 from producer.adapters.reward import RewardConfig
-from producer.coalesce import Coalescer, OverloadedError, wait_for_items
+from producer.client.coalesce import Coalescer, OverloadedError, wait_for_items
 from producer.schemas import ITEM_FIELD_TYPES, MAX_ITEMS, OptionsIn, pick_row
 from workers.models import GradeOptions, Verdict
 from workers.wire.contract import text_error

@@ -134,7 +134,7 @@ def serve(
     import uvicorn
 
     from producer.adapters.reward import RewardConfig
-    from producer.grading import CoalescingGrader
+    from producer.client.grading import CoalescingGrader
     from producer.service import ServiceMetrics, create_app
     from workers.wire.signing import keyring_from_env
 

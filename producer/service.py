@@ -36,7 +36,8 @@ from prometheus_client import (
 )
 
 from producer.adapters.reward import RewardConfig
-from producer.coalesce import OverloadedError
+from producer.client.coalesce import OverloadedError
+from producer.client.grading import CoalescingGrader
 from producer.compat import (
     label_text,
     nemo_gym_fields,
@@ -61,7 +62,6 @@ from producer.grade_route import (
     too_large_detail,
     unless_disconnected,
 )
-from producer.grading import CoalescingGrader
 from producer.http_metrics import RequestStats
 from producer.schemas import (
     GradeRequest,

@@ -376,7 +376,7 @@ def _finish(summary: Summary, errors: _ErrorReport, late_lines: list[int]) -> Su
 
 def deadline_error(summary: Summary) -> DeadlinePassedError:
     """What the CLI raises (exit 6) after writing a file the deadline cut short."""
-    from producer.job import format_ranges
+    from producer.client.job import format_ranges
 
     return DeadlinePassedError(
         "results for some rollouts did not arrive by the deadline; they are written "

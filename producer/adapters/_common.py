@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from producer.adapters.reward import RewardConfig
-from producer.grading import BlockingGrader, grader_for
+from producer.client.grading import BlockingGrader, grader_for
 from workers.models import GradeOptions, Verdict
 from workers.wire.contract import MAX_TEXT_CHARS
 

@@ -59,7 +59,7 @@ def timed(owner, name):
     setattr(owner, name, wrapper)
 
 import producer.cli as cli
-import producer.grader as grader
+import producer.client.grader as grader
 import workers.embedded.pool as local
 from workers.cache.results import SqliteResultCache
 from workers.cache.exact import ExactLayer

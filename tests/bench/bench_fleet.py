@@ -41,7 +41,7 @@ from fleet_procs import (
     start_workers,
 )
 
-from producer.client import GradingClient, Rollout
+from producer.client.fleet import GradingClient, Rollout
 from workers import verifier
 from workers.models import GradeOptions, Verdict
 from workers.sizing import MAX_AUTO_BATCH_SIZE

@@ -39,7 +39,7 @@ from fleet_procs import real_rollouts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from producer.adapters import verl
-from producer.grading import CoalescingGrader, close_graders, grader_for
+from producer.client.grading import CoalescingGrader, close_graders, grader_for
 from tests.serve_procs import ServeProcess, start_serve
 from workers.models import Rollout
 

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet_procs import Worker, real_rollouts, start_redis, start_workers
 
-from producer.client import GradingClient, Rollout
+from producer.client.fleet import GradingClient, Rollout
 
 STEP_ROLLOUTS = 8_192
 SWEEP_ROLLOUTS = 300_000

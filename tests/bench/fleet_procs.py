@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from producer.client import Rollout  # noqa: E402
+from producer.client.fleet import Rollout  # noqa: E402
 from tests.helpers import (  # noqa: E402
     free_port,
     gsm8k_groups,

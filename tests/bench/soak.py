@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet_procs import real_rollouts, start_redis
 
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from tests.integration.conftest import WorkerFactory, child_pids
 
 

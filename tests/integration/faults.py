@@ -14,7 +14,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from tests.helpers import free_port, real_rollouts
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.wire.contract import (

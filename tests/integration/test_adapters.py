@@ -14,8 +14,8 @@ import pytest
 
 from producer.adapters import nemo_gym, openrlhf, trl, verl
 from producer.adapters.reward import RESULT_KEYS
-from producer.client import GradingClient
-from producer.grading import close_graders, grader_for
+from producer.client.fleet import GradingClient
+from producer.client.grading import close_graders, grader_for
 from tests.integration.test_serve import comparable, real_rollouts
 from tests.serve_procs import ServeProcess
 

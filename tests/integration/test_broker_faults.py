@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from producer.errors import DeadlinePassedError
 from producer.sweep import REFUSED_REASON
 from tests.integration.conftest import REPO_ROOT
@@ -210,7 +210,7 @@ def test_broker_oom_at_submit_exits_8_and_leaves_no_items(
 # so most batches are still queued when the producer is killed.
 _PRODUCER = """
 import sys
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from producer.errors import DeadlinePassedError
 from tests.hooks import HANG
 pairs = [{"response": r, "gold": g} for r, g in zip(*[iter(sys.argv[3:])] * 2)]

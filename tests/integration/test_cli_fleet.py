@@ -13,9 +13,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from producer.board import read_job_board
 from producer.cli import cli
-from producer.client import GradingClient
+from producer.client.board import read_job_board
+from producer.client.fleet import GradingClient
 from tests.helpers import free_port, mixed_lines
 from tests.hooks import HANG
 from tests.integration.faults import (

@@ -11,10 +11,10 @@ import uuid
 import pytest
 from celery import Celery
 
-from producer.aio import AsyncGradingClient
-from producer.client import GradingClient, Rollout
+from producer.client.aio import AsyncGradingClient
+from producer.client.fleet import GradingClient, Rollout
+from producer.client.grader import open_grader
 from producer.errors import DeadlinePassedError
-from producer.grader import open_grader
 from producer.settings import ProducerSettings
 from tests.helpers import hostile_grade, real_rollouts
 from tests.hooks import ABORT, HANG, OOM, hooked_grade

@@ -15,7 +15,7 @@ import redis
 from celery.signals import before_task_publish
 from kombu import Queue
 
-from producer.client import GradingClient, Rollout
+from producer.client.fleet import GradingClient, Rollout
 from workers.wire.contract import QUEUE
 from workers.wire.protocol import batch_items_key
 

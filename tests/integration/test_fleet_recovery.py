@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from tests.integration.faults import (
     NO_CACHE,
     collect,

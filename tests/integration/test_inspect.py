@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from tests.serve_procs import REPO_ROOT, ServeProcess
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import pytest
 import redis
 from celery import Celery
 
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from tests.helpers import free_port
 from tests.integration.faults import publish_batch
 from workers import verifier

@@ -17,10 +17,10 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from producer.aio import AsyncGradingClient
 from producer.cli import cli
-from producer.client import GradingClient, Rollout
-from producer.job import DEADLINE_REASON
+from producer.client.aio import AsyncGradingClient
+from producer.client.fleet import GradingClient, Rollout
+from producer.client.job import DEADLINE_REASON
 from tests.hooks import HANG
 from workers import verifier
 from workers.models import Status, Verdict

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from tests.helpers import real_rollouts
 from tests.hooks import HANG
 from tests.integration.redis_procs import RedisProc, wait_for

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.client import GradingClient, Rollout
+from producer.client.fleet import GradingClient, Rollout
 from tests.helpers import free_port
 from tests.hooks import HANG
 

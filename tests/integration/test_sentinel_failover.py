@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from producer.cli import cli
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
 from tests.helpers import real_rollouts
 from tests.integration.redis_procs import SentinelGroup, wait_for
 from workers.models import Verdict

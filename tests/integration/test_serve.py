@@ -15,10 +15,10 @@ import redis
 from click.testing import CliRunner
 
 from producer.cli import cli
-from producer.client import GradingClient
+from producer.client.fleet import GradingClient
+from producer.client.grading import CoalescingGrader
+from producer.client.http_client import HttpGrader
 from producer.errors import DeadlinePassedError
-from producer.grading import CoalescingGrader
-from producer.http_client import HttpGrader
 from tests.helpers import qwen_groups
 from tests.hooks import HANG
 from tests.serve_procs import ServeProcess, post_json_many, start_serve
@@ -443,7 +443,7 @@ def test_ten_thousand_concurrent_requests_keep_memory_bounded(
 def test_one_seam_three_transports_identical_verdicts(
     service: ServeProcess, redis_server: str, tmp_path: Path
 ) -> None:
-    from producer.grader import open_grader
+    from producer.client.grader import open_grader
     from producer.settings import ProducerSettings
     from workers.models import Rollout
 

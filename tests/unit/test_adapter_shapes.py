@@ -83,7 +83,8 @@ def test_adapters_import_no_framework_and_no_sympy() -> None:
         "import json, sys\n"
         "import producer.adapters.verl, producer.adapters.trl\n"
         "import producer.adapters.openrlhf, producer.adapters.nemo_gym\n"
-        "import producer.grading, producer.coalesce, producer.backends\n"
+        "import producer.client.grading, producer.client.coalesce\n"
+        "import producer.client.backends\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     done = subprocess.run(

@@ -6,8 +6,8 @@ import json
 
 from prometheus_client import CollectorRegistry
 
-from producer.board import JobEntry
-from producer.status import (
+from producer.client.board import JobEntry
+from producer.client.status import (
     FleetStatus,
     LaneStatus,
     WorkerStatus,

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from producer.cli import cli
-from producer.client import validate_rollouts
+from producer.client.fleet import validate_rollouts
 from producer.errors import InvalidRolloutError
 from producer.formats import iter_records
 from tests.helpers import QWEN_FILE as QWEN

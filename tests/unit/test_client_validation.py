@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from producer.client import GradingClient, Rollout
+from producer.client.fleet import GradingClient, Rollout
+from producer.client.job import format_ranges
+from producer.client.rollouts import validate_rollouts
 from producer.errors import BrokerUnavailableError, InvalidRolloutError
-from producer.job import format_ranges
-from producer.rollouts import validate_rollouts
 from producer.settings import redact_url
 from tests.helpers import free_port
 
@@ -65,7 +65,7 @@ def test_client_celery_app_has_no_result_backend_and_finds_none(monkeypatch):
     import celery.utils.imports
     from celery.backends.base import DisabledBackend
 
-    from producer.client import _producer_app
+    from producer.client.fleet import _producer_app
 
     def no_scan(**_kw: object) -> object:
         raise AssertionError("scanned entry points for a result backend")

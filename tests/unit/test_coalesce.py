@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from producer.coalesce import Coalescer, OverloadedError, wait_for_items
+from producer.client.coalesce import Coalescer, OverloadedError, wait_for_items
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.wire.lanes import BULK, INTERACTIVE, Lane
 

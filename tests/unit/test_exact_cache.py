@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from producer.grader import open_grader
+from producer.client.grader import open_grader
 from producer.settings import ProducerSettings
 from workers import verifier
 from workers.cache.exact import ExactLayer, exact_keyer

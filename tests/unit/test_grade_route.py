@@ -193,7 +193,7 @@ class _EchoBackend:
 def _post(chunks: list[bytes], *, length: bool, limit: int) -> int:
     """The status of one POST /v1/grade through the whole ASGI app, its body sent
     in `chunks` (with or without a Content-Length)."""
-    from producer.grading import CoalescingGrader
+    from producer.client.grading import CoalescingGrader
     from producer.service import create_app
 
     async def run() -> int:

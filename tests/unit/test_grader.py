@@ -6,14 +6,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from producer.errors import DeadlinePassedError, InvalidRolloutError, ProducerError
-from producer.grader import (
+from producer.client.grader import (
     Grader,
     GraderBase,
     ProgressFn,
     open_grader,
     register_scheme,
 )
+from producer.errors import DeadlinePassedError, InvalidRolloutError, ProducerError
 from producer.settings import ProducerSettings
 from workers import verifier
 from workers.models import GradeOptions, Rollout, RolloutLike, Verdict

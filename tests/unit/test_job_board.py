@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from producer.board import TTL_S, JobBoard, read_job_board
+from producer.client.board import TTL_S, JobBoard, read_job_board
 from workers.wire.protocol import job_board_key, job_entry_key
 
 

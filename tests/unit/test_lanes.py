@@ -98,7 +98,7 @@ def test_lanes_worker_settings_read_lanes_and_bulk_every_from_env():
 
 
 def test_lanes_library_callers_default_to_interactive_the_cli_to_bulk():
-    from producer.grader import Grader, open_grader, register_scheme
+    from producer.client.grader import Grader, open_grader, register_scheme
     from producer.settings import ProducerSettings
     from workers.models import GradeOptions
 
@@ -120,7 +120,7 @@ def test_lanes_client_and_cli_refuse_an_unknown_priority_before_connecting():
     from click.testing import CliRunner
 
     from producer.cli import cli
-    from producer.client import GradingClient
+    from producer.client.fleet import GradingClient
 
     nowhere = "redis://127.0.0.1:1/0"  # never reached: the arguments fail first
     with pytest.raises(ValueError, match="priority"):

@@ -1,11 +1,11 @@
-"""`producer.job.ServerRunId`: jobs of one client share the server's run_id, read
+"""`producer.client.job.ServerRunId`: jobs of one client share the server's run_id, read
 with INFO at most once per `max_age_s` (on a real Redis)."""
 
 from __future__ import annotations
 
 import redis
 
-from producer.job import ServerRunId
+from producer.client.job import ServerRunId
 
 
 def _info_calls(client: redis.Redis[bytes]) -> int:

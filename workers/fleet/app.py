@@ -37,7 +37,7 @@ _HARD_LIMIT_MARGIN_S = 30.0
 
 # Celery's remote control answers anyone who can write to the broker: `shutdown`,
 # `pool_restart`, `revoke`, `rate_limit`, ... are one broadcast away. A worker keeps
-# only the read-only commands `gradefleet status` sends (`producer.status`).
+# only the read-only commands `gradefleet status` sends (`producer.client.status`).
 REMOTE_CONTROL_COMMANDS = frozenset({"ping", "stats"})
 
 

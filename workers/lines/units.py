@@ -220,7 +220,7 @@ def fleet_unit_payload(unit: Any, body: bytes) -> bytes:
 
 def fleet_unit_result(lines: Any) -> tuple[Any, bytes] | None:
     """A unit's result (as `grade_line_unit` gives it) from the `lines` of a fleet
-    worker's result with its output lines as "out" (`producer.job`); None when
+    worker's result with its output lines as "out" (`producer.client.job`); None when
     the worker found the unit unfit (or the result is not what
     `workers.fleet.line_batch` stores): its lines are graded as rows."""
     if not isinstance(lines, dict):

@@ -82,13 +82,14 @@ def job_done_key(job_id: str) -> str:
 
 def job_board_key() -> str:
     """Sorted set (broker's Redis): ids of the jobs whose producer is waiting on
-    them, scored by submission time (`producer.board`, read by `gradefleet status`)."""
+    them, scored by submission time (`producer.client.board`, read by `gradefleet
+    status`)."""
     return f"{KEY_PREFIX}jobs"
 
 
 def job_entry_key(job_id: str) -> str:
     """Hash (broker's Redis): one job's lane and progress; it expires unless its
-    producer keeps refreshing it (`producer.board`)."""
+    producer keeps refreshing it (`producer.client.board`)."""
     return f"{KEY_PREFIX}job:{job_id}"
 
 

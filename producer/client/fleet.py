@@ -19,10 +19,10 @@ from celery import Celery
 from celery.backends.base import DisabledBackend
 from kombu.exceptions import OperationalError
 
-from producer.board import TTL_S, JobBoard
+from producer.client.board import TTL_S, JobBoard
+from producer.client.job import Batch, GradingJob, OnDeadline, Progress, ServerRunId
+from producer.client.rollouts import validate_rollouts
 from producer.errors import BrokerRefusedError, BrokerUnavailableError, ProducerError
-from producer.job import Batch, GradingJob, OnDeadline, Progress, ServerRunId
-from producer.rollouts import validate_rollouts
 from producer.settings import DEFAULT_REFUSED_LIMIT_S
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.sizing import batch_size_for

@@ -3,7 +3,7 @@
 The URL picks where rollouts are graded, and the verdicts are the same everywhere:
 
     None                  the embedded pool of local processes (`workers.embedded.pool`)
-    redis:// rediss://    a Celery fleet (`producer.client.GradingClient`)
+    redis:// rediss://    a Celery fleet (`producer.client.fleet.GradingClient`)
     sentinel://           the same, its Redis found through Sentinel
                           (`workers.wire.urls`)
     http:// https://      a running `gradefleet serve` (registered by its module)
@@ -25,8 +25,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 from urllib.parse import urlsplit
 
+from producer.client.rollouts import validate_rollouts
 from producer.errors import DeadlinePassedError, JobCutShortError, ProducerError
-from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
 from workers.models import GradeOptions, Rollout, RolloutLike, Verdict
 from workers.wire.lanes import INTERACTIVE
@@ -100,12 +100,12 @@ GraderFactory = Callable[[str | None, GradeOptions, ProducerSettings], Grader]
 
 _EMBEDDED = ""  # the "scheme" of no URL
 _FACTORIES: dict[str, str | GraderFactory] = {
-    _EMBEDDED: "producer.grader:_open_embedded",
-    "redis": "producer.grader:_open_fleet",
-    "rediss": "producer.grader:_open_fleet",
-    "sentinel": "producer.grader:_open_fleet",
-    "http": "producer.http_client:open_http_grader",
-    "https": "producer.http_client:open_http_grader",
+    _EMBEDDED: "producer.client.grader:_open_embedded",
+    "redis": "producer.client.grader:_open_fleet",
+    "rediss": "producer.client.grader:_open_fleet",
+    "sentinel": "producer.client.grader:_open_fleet",
+    "http": "producer.client.http_client:open_http_grader",
+    "https": "producer.client.http_client:open_http_grader",
 }
 
 
@@ -442,7 +442,7 @@ class _FleetGrader(GraderBase):
     def __init__(
         self, url: str, options: GradeOptions, settings: ProducerSettings
     ) -> None:
-        from producer.client import GradingClient
+        from producer.client.fleet import GradingClient
 
         self._client = GradingClient(
             url,

@@ -2,8 +2,8 @@
 
 `CoalescingGrader(url)` grades rollouts on the backend the URL names (no URL: the
 embedded pool; `redis://`: a fleet; `http://`: a `gradefleet serve`), merging
-concurrent calls into batches (`producer.coalesce`). `grader_for(url)` returns the
-one instance of the current process and event loop: adapters call it per sample, and
+concurrent calls into batches (`producer.client.coalesce`). `grader_for(url)` returns
+the one instance of the current process and event loop: adapters call it per sample, and
 a forked or spawned process (Ray actors, dataloader workers, TRL's reward process)
 gets a fresh one instead of its parent's sockets.
 
@@ -21,8 +21,8 @@ import weakref
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
-from producer.backends import Backend, open_backend
-from producer.coalesce import (
+from producer.client.backends import Backend, open_backend
+from producer.client.coalesce import (
     DEFAULT_MAX_BACKLOG_ITEMS,
     DEFAULT_MAX_BATCH_ITEMS,
     DEFAULT_MAX_DELAY_S,

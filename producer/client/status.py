@@ -1,5 +1,5 @@
 """What `gradefleet status` shows: each lane's queue depth and the jobs on the job
-board (`producer.board`) read from Redis, live workers and their task counts over
+board (`producer.client.board`) read from Redis, live workers and their task counts over
 Celery's control bus (a light Celery app; no worker code imported), and, given worker
 metrics URLs, rollouts by status, rollouts/s and cache hit rate."""
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from producer.board import JobEntry, read_job_board
+from producer.client.board import JobEntry, read_job_board
 from producer.errors import BrokerUnavailableError
 from workers.wire.contract import GRADE_BATCH
 from workers.wire.lanes import LANE_QUEUES

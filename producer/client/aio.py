@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any
 
-from producer.client import GradingClient
-from producer.job import GradingJob, Progress
+from producer.client.fleet import GradingClient
+from producer.client.job import GradingJob, Progress
 from workers.models import Verdict
 
 __all__ = ["AsyncGradingClient", "AsyncGradingJob"]

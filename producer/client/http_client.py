@@ -4,7 +4,7 @@ Sync, for the seam's sync callers (the CLI, scripts): rollouts go out in request
 of `REQUEST_ITEMS` to `POST /v1/grade` with httpx, one after another, so progress is
 reported per request and a 10-million-row file never sits in one body. The bearer
 token comes from `GRADEFLEET_TOKEN` (read by `open_grader`'s caller's environment at
-this entry point). Async callers use `producer.grading.CoalescingGrader`, whose
+this entry point). Async callers use `producer.client.grading.CoalescingGrader`, whose
 `HttpBackend` speaks the same route.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
+from producer.client.grader import Grader, GraderBase, ProgressFn
+from producer.client.rollouts import validate_rollouts
 from producer.errors import BrokerUnavailableError, DeadlinePassedError, ProducerError
-from producer.grader import Grader, GraderBase, ProgressFn
-from producer.rollouts import validate_rollouts
 from producer.settings import ProducerSettings
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.wire.lanes import INTERACTIVE, parse_lane

@@ -11,7 +11,8 @@ results are awaited natively: one `redis.asyncio` BLPOP on the done lists of eve
 job in flight wakes the backend as soon as any batch finishes.
 
 Nothing connects in a constructor (safe to build before a fork); a backend belongs to
-the event loop that first uses it (`producer.grading` keeps one per process and loop).
+the event loop that first uses it (`producer.client.grading` keeps one per process and
+loop).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ if TYPE_CHECKING:
     import httpx
     import redis.asyncio as aioredis
 
-    from producer.client import GradingClient
-    from producer.grader import Grader
-    from producer.job import GradingJob
+    from producer.client.fleet import GradingClient
+    from producer.client.grader import Grader
+    from producer.client.job import GradingJob
     from workers.wire.signing import Keyring
 
 __all__ = [
@@ -135,7 +136,7 @@ class PoolBackend:
     def _open(self) -> Grader:
         if self._grader is None:
             # Imported here: grading pulls in the sandbox and the verifier (SymPy).
-            from producer.grader import open_grader
+            from producer.client.grader import open_grader
             from workers.sandbox.process import warm_up_verifier
 
             self._grader = open_grader(None, settings=self._settings)
@@ -228,7 +229,7 @@ class FleetBackend:
     def _client(self, options: GradeOptions) -> GradingClient:
         client = self._clients.get(options)
         if client is None:
-            from producer.client import GradingClient
+            from producer.client.fleet import GradingClient
 
             # One client per options value (the options travel per client); the
             # set of values in use is tiny.
@@ -370,7 +371,7 @@ class FleetBackend:
         return result
 
     def _check_ready(self) -> tuple[bool, str]:
-        from producer.status import read_fleet_status
+        from producer.client.status import read_fleet_status
 
         try:
             fleet = read_fleet_status(self.broker_url, timeout_s=1.0, window_s=0.0)
@@ -429,7 +430,7 @@ class HttpBackend:
     ) -> list[Verdict]:
         import httpx
 
-        from producer.http_client import request_options
+        from producer.client.http_client import request_options
 
         body = {
             "items": [{"response": r, "gold": g} for r, g in pairs],
