@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.errors import InputFormatError
-from producer.formats import iter_records
+from producer.files.formats import iter_records
 from producer.report import MISSING, group_label
 from producer.stats import mcnemar_p, paired_delta
 from workers.lines.fields import (

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from producer.errors import InputFormatError
-from producer.formats import iter_records
+from producer.files.formats import iter_records
 from workers.lines.fields import FieldSpec
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Grade one rollout file: read it (any format `producer.formats` knows), one row per
+"""Grade one rollout file: read it (any format `producer.files.formats` knows), one row
+per
 sample, grade in rounds of `CHUNK_ROWS`, write every verdict in input order.
 
 A row with several acceptable golds is graded against each (correct if any matches).
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from producer.errors import DeadlinePassedError, InputFormatError
-from producer.formats import (
+from producer.files.formats import (
     InputFormat,
     JsonlWriter,
     detect_format,
@@ -28,7 +29,7 @@ from producer.formats import (
     jsonl_lines,
     open_output,
 )
-from producer.overlap import BehindWriter, read_ahead, work_ahead
+from producer.files.overlap import BehindWriter, read_ahead, work_ahead
 from producer.signals import raise_if_stopped
 from workers.lines.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
 from workers.lines.records import (
@@ -182,7 +183,7 @@ def grade_file(
     write the output lines, and this process only moves bytes. Otherwise this
     process reads rows and writes verdicts. With `overlap`, the next chunk is read
     and the previous one written in threads while two are graded
-    (`producer.overlap`): for a fleet, which grades elsewhere while this process
+    (`producer.files.overlap`): for a fleet, which grades elsewhere while this process
     waits on sockets, and whose client takes calls from two threads. Without it
     (the default), in turn: for the embedded pool, which takes one call at a time
     and whose workers share this machine's cores (the threads' GIL hand-offs cost

@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from producer.cli import cli
 from producer.client.fleet import validate_rollouts
 from producer.errors import InvalidRolloutError
-from producer.formats import iter_records
+from producer.files.formats import iter_records
 from tests.helpers import QWEN_FILE as QWEN
 from workers import __version__
 from workers.models import Status

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from producer import formats
 from producer.errors import InputFormatError
-from producer.formats import (
+from producer.files import formats
+from producer.files.formats import (
     InputFormat,
     JsonlWriter,
     detect_format,

@@ -1,4 +1,4 @@
-"""Reading ahead and writing behind in threads (producer.overlap)."""
+"""Reading ahead and writing behind in threads (producer.files.overlap)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from producer.overlap import BehindWriter, read_ahead, work_ahead
+from producer.files.overlap import BehindWriter, read_ahead, work_ahead
 
 
 def test_read_ahead_yields_everything_in_order_from_another_thread() -> None:

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from producer.cli import cli
-from producer.formats import iter_records
+from producer.files.formats import iter_records
 from tests.helpers import QWEN_FILE as QWEN
 from workers.lines.records import InputRow, dump_line, expand_records, graded_record
 from workers.verifier import grade
