@@ -1,6 +1,5 @@
 """Grade one rollout file: read it (any format `producer.files.formats` knows), one row
-per
-sample, grade in rounds of `CHUNK_ROWS`, write every verdict in input order.
+per sample, grade in rounds of `CHUNK_ROWS`, write every verdict in input order.
 
 A row with several acceptable golds is graded against each (correct if any matches).
 `--resume` reuses the final verdicts of an earlier output of the same input; rows a
