@@ -147,7 +147,7 @@ def build_report(
     ks: list[int] | None = None,
     split_versions: bool = False,
 ) -> Any:
-    from producer.report import ReportBuilder
+    from producer.reports.report import ReportBuilder
 
     builder = ReportBuilder(by, spec=spec, split_versions=split_versions)
     bad = builder.add_all(iter_records(path))
@@ -212,9 +212,9 @@ def report(
     split_versions: bool,
 ) -> None:
     """Accuracy (clustered 95% CI), pass@k, maj@k and status rates of GRADED."""
-    from producer.audit import corrected_from_audit
-    from producer.report_text import render_report
-    from producer.stats import Interval
+    from producer.reports.audit import corrected_from_audit
+    from producer.reports.report_text import render_report
+    from producer.reports.stats import Interval
 
     spec = FieldSpec(prompt=prompt_field, id=id_field)
     result = build_report(
@@ -238,7 +238,7 @@ def report(
     if json_path:
         _write_json(result.to_dict(), json_path)
     if html_path:
-        from producer.report_html import render_html
+        from producer.reports.report_html import render_html
 
         Path(html_path).write_text(render_html(result), encoding="utf-8")
     if json_path != "-":
@@ -275,7 +275,7 @@ def diff(
     Joined on id (else line position); `cached` is ignored. Exit code 0 when
     nothing flipped, 1 when something did.
     """
-    from producer.diff import diff_files, render_diff
+    from producer.reports.diff import diff_files, render_diff
 
     spec = FieldSpec(prompt=prompt_field, id=id_field)
     result = diff_files(path_a, path_b, spec, _split(by))
@@ -321,7 +321,7 @@ def audit(
 ) -> None:
     """The verifier as a classifier on graded rollouts with trusted labels: confusion
     matrix, alpha and phi (Wilson 95%), disagreements, corrected accuracy."""
-    from producer.audit import LABEL_FIELDS, audit_file, render_audit
+    from producer.reports.audit import LABEL_FIELDS, audit_file, render_audit
 
     spec = FieldSpec(prompt=prompt_field, id=id_field)
     fields = (label_field,) if label_field else LABEL_FIELDS

@@ -12,7 +12,7 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
-from producer.stats import (
+from producer.reports.stats import (
     Interval,
     clustered_mean,
     corrected_accuracy,

@@ -2,8 +2,8 @@
 
 With the verifier's false-negative rate alpha (correct rollouts it calls wrong) and
 false-positive rate phi, a measured accuracy m estimates a(1 - alpha) + (1 - a) phi;
-`producer.stats.corrected_accuracy` inverts that. `report --audit` applies an audit's
-alpha and phi to a report's accuracy.
+`producer.reports.stats.corrected_accuracy` inverts that. `report --audit` applies an
+audit's alpha and phi to a report's accuracy.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from producer.diff import Graded, read_graded
 from producer.errors import InputFormatError
-from producer.report import group_label
-from producer.stats import Interval, corrected_accuracy, wilson
+from producer.reports.diff import Graded, read_graded
+from producer.reports.report import group_label
+from producer.reports.stats import Interval, corrected_accuracy, wilson
 from workers.lines.fields import FieldSpec, lookup
 
 __all__ = ["LABEL_FIELDS", "audit_file", "corrected_from_audit", "parse_label"]

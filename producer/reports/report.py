@@ -2,7 +2,7 @@
 
 Rows are read once and kept as compact columns (about 30 bytes a row: group, prompt
 and answer hashes, flags), so memory grows with the row count but not with text
-sizes; the statistics are computed per group at the end (`producer.stats`).
+sizes; the statistics are computed per group at the end (`producer.reports.stats`).
 
 The JSON form (`Report.to_dict`, schema 1) is documented in the README:
 `grader_version`, `grader_versions`, `source`, `by`, `k`, `prompt_key`, `maj_tie_break`,
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.errors import InputFormatError
-from producer.stats import clustered_interval, majority_index, pass_at_k_array
+from producer.reports.stats import clustered_interval, majority_index, pass_at_k_array
 from workers.lines.fields import SAMPLE_FIELD, FieldSpec, lookup, prompt_key
 from workers.lines.records import LineError
 from workers.models import Status

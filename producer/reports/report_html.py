@@ -10,7 +10,7 @@ import io
 import math
 from typing import Any
 
-from producer.report import GroupStats, Report, group_label
+from producer.reports.report import GroupStats, Report, group_label
 
 __all__ = ["render_html"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from producer.report import GroupStats, Report, group_label
+from producer.reports.report import GroupStats, Report, group_label
 
 __all__ = ["render_report", "render_table"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from producer.errors import InputFormatError
 from producer.files.formats import iter_records
-from producer.report import MISSING, group_label
-from producer.stats import mcnemar_p, paired_delta
+from producer.reports.report import MISSING, group_label
+from producer.reports.stats import mcnemar_p, paired_delta
 from workers.lines.fields import (
     FieldError,
     FieldSpec,
