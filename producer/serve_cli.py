@@ -135,7 +135,7 @@ def serve(
 
     from producer.adapters.reward import RewardConfig
     from producer.client.grading import CoalescingGrader
-    from producer.service import ServiceMetrics, create_app
+    from producer.serve.service import ServiceMetrics, create_app
     from workers.wire.signing import keyring_from_env
 
     cache_path = None

@@ -4,7 +4,7 @@ Hypothesis generates bodies shaped like the OpenAPI schema's models (right and w
 types, missing and extra fields, odd text) for every POST route; whatever comes in,
 the answer is a 200 with one result per item or a 4xx that names the problem, never
 a 5xx. (Schemathesis would derive the same from /openapi.json; these strategies
-follow the pydantic models in `producer.schemas` directly and keep pytest's pin.)
+follow the pydantic models in `producer.serve.schemas` directly and keep pytest's pin.)
 """
 
 from __future__ import annotations

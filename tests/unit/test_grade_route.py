@@ -1,5 +1,5 @@
 """The `/v1/grade` fast path accepts only what the documented schema accepts, and
-reads it the same way (hypothesis against `producer.schemas.GradeRequest`)."""
+reads it the same way (hypothesis against `producer.serve.schemas.GradeRequest`)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from producer.adapters.reward import RewardConfig
-from producer.grade_route import (
+from producer.serve.grade_route import (
     BadHeaderError,
     encode_results,
     header_deadline_s,
     parse_grade_body,
 )
-from producer.schemas import GradeRequest, GradeResponse
+from producer.serve.schemas import GradeRequest, GradeResponse
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.wire.contract import MAX_TEXT_CHARS
 
@@ -194,7 +194,7 @@ def _post(chunks: list[bytes], *, length: bool, limit: int) -> int:
     """The status of one POST /v1/grade through the whole ASGI app, its body sent
     in `chunks` (with or without a Content-Length)."""
     from producer.client.grading import CoalescingGrader
-    from producer.service import create_app
+    from producer.serve.service import create_app
 
     async def run() -> int:
         app = create_app(

@@ -1,6 +1,6 @@
-"""`producer.http_metrics.RequestStats` exports what prometheus_client's own labelled
-Counter, Histogram and Gauge export for the same requests (the service used them
-before; dashboards and tests read these names, labels and buckets)."""
+"""`producer.serve.http_metrics.RequestStats` exports what prometheus_client's own
+labelled Counter, Histogram and Gauge export for the same requests (the service used
+them before; dashboards and tests read these names, labels and buckets)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from producer.http_metrics import LATENCY_BUCKETS_S, RequestStats
+from producer.serve.http_metrics import LATENCY_BUCKETS_S, RequestStats
 
 REQUESTS = [
     ("/v1/grade", 200, 0.003),

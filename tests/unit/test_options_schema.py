@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from pydantic import ValidationError
 
-from producer.schemas import OptionsIn
+from producer.serve.schemas import OptionsIn
 from workers.models import GradeOptions
 
 

@@ -125,7 +125,7 @@ def pick_row(data: Any) -> InputRow:
 
 # The JSON types each declared field of `RolloutIn` takes (besides null): an item
 # whose declared fields all have these types is valid exactly when `pick_row`
-# accepts it (what `producer.grade_route`'s fast path relies on).
+# accepts it (what `producer.serve.grade_route`'s fast path relies on).
 _TEXT: Final = (str,)
 _GOLD: Final = (str, int, float)
 ITEM_FIELD_TYPES: Final[dict[str, tuple[type, ...]]] = {

@@ -4,7 +4,7 @@ Reward hooks send one rollout per request, thousands at once, so the service's o
 cost per request is what limits them (tests/bench/bench_serve.py). FastAPI's
 routing, dependency solving and pydantic validation cost several times the grading
 of a cached item; here a request is parsed once with orjson, checked against the
-same rules as `producer.schemas.GradeRequest` (the CLI's field rules through
+same rules as `producer.serve.schemas.GradeRequest` (the CLI's field rules through
 `pick_row`, the options through `OptionsIn`) and answered with orjson bytes.
 
 Anything this path does not accept as plainly valid (bad JSON, an unknown field, a
@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from producer.adapters.reward import RewardConfig
 from producer.client.coalesce import Coalescer, OverloadedError, wait_for_items
-from producer.schemas import ITEM_FIELD_TYPES, MAX_ITEMS, OptionsIn, pick_row
+from producer.serve.schemas import ITEM_FIELD_TYPES, MAX_ITEMS, OptionsIn, pick_row
 from workers.models import GradeOptions, Verdict
 from workers.wire.contract import text_error
 from workers.wire.lanes import INTERACTIVE, Lane

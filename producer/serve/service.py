@@ -4,7 +4,7 @@ Routes: `POST /v1/grade`, `POST /compat/openrlhf/get_reward`,
 `POST /compat/nemo-gym/verify`, `GET /healthz`, `GET /readyz`, `GET /metrics`, and
 the OpenAPI page (`/docs`, `/openapi.json`). All grading goes through one
 `CoalescingGrader`, so concurrent small requests share batches. A well-formed
-`/v1/grade` request is answered by `producer.grade_route.FastGrade` without
+`/v1/grade` request is answered by `producer.serve.grade_route.FastGrade` without
 FastAPI's per-request machinery; the FastAPI route documents it and answers the rest.
 
 Rules every route keeps: a failed item is a verdict (never a 5xx); a malformed request
@@ -45,7 +45,7 @@ from producer.compat import (
     openrlhf_payload,
     strip_query,
 )
-from producer.grade_route import (
+from producer.serve.grade_route import (
     DEADLINE_HEADER,
     GRADE_PATH,
     ASGIApp,
@@ -62,8 +62,8 @@ from producer.grade_route import (
     too_large_detail,
     unless_disconnected,
 )
-from producer.http_metrics import RequestStats
-from producer.schemas import (
+from producer.serve.http_metrics import RequestStats
+from producer.serve.schemas import (
     GradeRequest,
     GradeResponse,
     NemoGymVerifyRequest,
