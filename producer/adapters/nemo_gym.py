@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from producer.adapters._common import gold_text, grade_pairs_async, reward_config
-from producer.compat import nemo_gym_fields, nemo_gym_text
+from producer.adapters.compat import nemo_gym_fields, nemo_gym_text
 
 __all__ = ["verify"]
 

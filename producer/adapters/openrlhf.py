@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from producer.adapters._common import gold_text, grade_pairs_blocking, reward_config
-from producer.compat import openrlhf_payload, strip_query
+from producer.adapters.compat import openrlhf_payload, strip_query
 
 __all__ = ["reward_func"]
 

@@ -35,16 +35,16 @@ from prometheus_client import (
     generate_latest,
 )
 
-from producer.adapters.reward import RewardConfig
-from producer.client.coalesce import OverloadedError
-from producer.client.grading import CoalescingGrader
-from producer.compat import (
+from producer.adapters.compat import (
     label_text,
     nemo_gym_fields,
     nemo_gym_text,
     openrlhf_payload,
     strip_query,
 )
+from producer.adapters.reward import RewardConfig
+from producer.client.coalesce import OverloadedError
+from producer.client.grading import CoalescingGrader
 from producer.serve.grade_route import (
     DEADLINE_HEADER,
     GRADE_PATH,

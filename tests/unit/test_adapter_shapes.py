@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
+from producer.adapters.compat import nemo_gym_text, strip_query
 from producer.adapters.reward import RESULT_KEYS, RewardConfig, result_dict
 from producer.adapters.trl import completion_text
-from producer.compat import nemo_gym_text, strip_query
 from workers.models import ExtractionMethod, Status, Verdict
 
 
