@@ -18,15 +18,9 @@ from typing import Any, NoReturn
 
 import click
 
-from producer.cli_options import cache_dir_option_value, embedded_options
 from producer.client.grader import Grader, line_runner, open_grader
-from producer.errors import (
-    BrokerRefusedError,
-    DeadlinePassedError,
-    MalformedInputError,
-    ProducerError,
-)
-from producer.report_cli import (
+from producer.commands.options import cache_dir_option_value, embedded_options
+from producer.commands.report import (
     audit,
     check_broker_url,
     check_output_path,
@@ -35,17 +29,23 @@ from producer.report_cli import (
     response_gold_options,
     write_grade_report,
 )
-from producer.serve_cli import serve
-from producer.settings import ProducerSettings
-from producer.signals import exit_on_signals
-from producer.sweep import (
+from producer.commands.serve import serve
+from producer.commands.signals import exit_on_signals
+from producer.commands.sweep import (
     Progress,
     deadline_error,
     deadline_verdict,
     grade_file,
     refused_verdict,
 )
-from producer.watchdog import NoWorkerWatch
+from producer.commands.watchdog import NoWorkerWatch
+from producer.errors import (
+    BrokerRefusedError,
+    DeadlinePassedError,
+    MalformedInputError,
+    ProducerError,
+)
+from producer.settings import ProducerSettings
 from workers import __version__
 from workers.errors import ConfigError, GraderError
 from workers.lines.fields import FieldSpec, alias_table_text

@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from producer.client.fleet import GradingClient
+from producer.commands.sweep import REFUSED_REASON
 from producer.errors import DeadlinePassedError
-from producer.sweep import REFUSED_REASON
 from tests.integration.conftest import REPO_ROOT
 from tests.integration.faults import (
     collect,

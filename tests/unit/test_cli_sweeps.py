@@ -253,7 +253,7 @@ def test_cli_embedded_deadline_writes_every_row_as_timeout_and_names_lines(
 
 SWALLOWED = """
 import signal
-from producer.signals import exit_on_signals
+from producer.commands.signals import exit_on_signals
 
 class Finalized:
     def __del__(self):

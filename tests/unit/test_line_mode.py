@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from producer.cli import cli
-from producer.sweep import grade_file
+from producer.commands.sweep import grade_file
 from tests.helpers import (
     hostile_grade,
     kill_when_marked,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from producer.commands.signals import raise_if_stopped
 from producer.errors import DeadlinePassedError, InputFormatError
 from producer.files.formats import (
     InputFormat,
@@ -29,7 +30,6 @@ from producer.files.formats import (
     open_output,
 )
 from producer.files.overlap import BehindWriter, read_ahead, work_ahead
-from producer.signals import raise_if_stopped
 from workers.lines.fields import SAMPLE_FIELD, FieldSpec, resolve_samples
 from workers.lines.records import (
     InputRow,

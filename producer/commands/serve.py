@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from producer.cli_options import cache_dir_option_value, embedded_options
+from producer.commands.options import cache_dir_option_value, embedded_options
 from producer.settings import CACHE_FILE_NAME, redact_url
 
 __all__ = ["is_loopback", "serve"]
