@@ -211,7 +211,7 @@ class _EmbeddedGrader(GraderBase):
         # (on the first miss) the sandbox and the verifier's warm-up.
         from workers.cache.exact import ExactLayer
         from workers.cache.results import SqliteResultCache
-        from workers.verifier import GRADER_VERSION
+        from workers.kinds import DEFAULT_KIND, grader_for
 
         if settings.cache_dir is not None:
             settings.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -226,7 +226,7 @@ class _EmbeddedGrader(GraderBase):
         self._exact = None
         if settings.cache_path is not None:
             self._cache = SqliteResultCache(settings.cache_path)
-            self._exact = ExactLayer(self._cache, GRADER_VERSION)
+            self._exact = ExactLayer(self._cache, grader_for(DEFAULT_KIND).version)
 
     def _processes(self) -> int:
         return self._settings.processes or os.cpu_count() or 1

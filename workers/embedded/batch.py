@@ -20,6 +20,7 @@ from workers.cache.results import (
     verdict_from_entry,
 )
 from workers.errors import CacheError
+from workers.kinds import DEFAULT_KIND, grader_for
 from workers.models import (
     TRANSIENT_STATUSES,
     GradeOptions,
@@ -235,7 +236,7 @@ class _BatchRun:
         # Without a cache a key only tells duplicates apart within this batch, whose
         # options are one: the decision key itself does, unhashed.
         self._key_of = (
-            cache_keyer(verifier.GRADER_VERSION, options)  # options encoded once
+            cache_keyer(grader_for(DEFAULT_KIND).version, options)  # encoded once
             if cache is not None
             else _unhashed
         )

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 
 from workers import verifier
+from workers.kinds import DEFAULT_KIND, grader_for
 from workers.models import GradeOptions, Status
 from workers.sandbox.child import EXIT_MEMORY, decide_item
 from workers.sandbox.process import GradeFn, ItemPrep, ItemResult, Selector
@@ -51,7 +52,9 @@ class InlineGrader:
     def __init__(self, slot: ProgressSlot, grade_fn: GradeFn | None = None) -> None:
         self._slot = slot
         # None: decide with the verifier what was prepared (grade() is exactly that).
-        self._grade_fn = None if grade_fn is verifier.grade else grade_fn
+        self._grade_fn = (
+            None if grade_fn is grader_for(DEFAULT_KIND).grade else grade_fn
+        )
         self.batch = -1  # the batch being graded, for the slot
         # What the slot calls position p of the pairs graded (None: p itself); a
         # unit of lines numbers its items across all its grading calls.

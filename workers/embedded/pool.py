@@ -47,12 +47,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from workers import verifier
 from workers.cache.exact import ExactLayer, unit_text
 from workers.cache.results import SqliteResultCache
 from workers.embedded.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
 from workers.embedded.inline import InlineGrader
 from workers.errors import CacheError, DeadlineError, SandboxError
+from workers.kinds import DEFAULT_KIND, grader_for
 from workers.models import (
     GradeOptions,
     RolloutLike,
@@ -222,7 +222,7 @@ def _worker_loop(
             write_behind_bytes=CACHE_WRITE_BEHIND_BYTES,
         )
         if config.grade_fn is None:  # whole verdicts of the verifier's only
-            exact = ExactLayer(cache, verifier.GRADER_VERSION)
+            exact = ExactLayer(cache, grader_for(DEFAULT_KIND).version)
     # One memo of decided answers for the worker's life (`DecisionMemo`): its
     # batches of a few dozen rows hold few copies of an answer, its life many. The
     # verifier's decisions only: another grade function may look past the answer.

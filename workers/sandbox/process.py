@@ -35,8 +35,8 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from workers import verifier
 from workers.errors import SandboxError
+from workers.kinds import DEFAULT_KIND, grader_for
 from workers.models import (
     EXTRACTION_METHOD_BY_VALUE,
     ExtractionMethod,
@@ -91,9 +91,10 @@ def warm_up_verifier() -> None:
     if _warmed_up:
         return
     _warmed_up = True
+    grade = grader_for(DEFAULT_KIND).grade
     for response, gold in _WARM_UP_PAIRS:
         try:
-            verifier.grade(response, gold)
+            grade(response, gold)
         except Exception:  # a verifier bug here only costs warmth, logged not hidden
             log.exception("verifier warm-up failed on %r", response)
 
@@ -242,7 +243,9 @@ class Sandbox:
         self._recycle_after = recycle_after_items
         self._on_restart = on_restart
         # None: the child decides with the verifier what it prepared.
-        self._grade_fn = None if grade_fn is verifier.grade else grade_fn
+        self._grade_fn = (
+            None if grade_fn is grader_for(DEFAULT_KIND).grade else grade_fn
+        )
         self._poll_ms = rss_poll_interval_s * 1000.0
         self._warm_up = warm_up
         self._last_options: tuple[GradeOptions | None, dict[str, Any]] = (None, {})

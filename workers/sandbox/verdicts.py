@@ -8,6 +8,7 @@ worker keeps dying), so a failure reads the same wherever it happened.
 from __future__ import annotations
 
 from workers import verifier
+from workers.kinds import DEFAULT_KIND, grader_for
 from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 
 __all__ = [
@@ -51,7 +52,7 @@ def failure_verdict(
 def unprepared_failure_verdict(status: Status, reason: str) -> Verdict:
     """A failure verdict without the response's extraction: for an item that failed
     while it was being prepared (preparing it again could fail the same way)."""
-    return ungraded_verdict(status, reason, verifier.GRADER_VERSION)
+    return ungraded_verdict(status, reason, grader_for(DEFAULT_KIND).version)
 
 
 def culprit_verdict(
