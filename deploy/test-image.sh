@@ -97,8 +97,9 @@ else
     t0=$(now)
     ROOTFS="$WORK/rootfs"
     mkdir -p "$ROOTFS"
+    # No mirror argument: debootstrap uses its own default mirror for the suite.
     debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$ROOTFS" \
-        http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1 \
+        >"$WORK/debootstrap.log" 2>&1 \
         || { tail -20 "$WORK/debootstrap.log"; die "debootstrap failed"; }
     # debootstrap keeps the .debs it installed: ~100 MB nobody needs in an image.
     rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*

@@ -455,16 +455,18 @@ def status(
     metrics_urls: tuple[str, ...],
 ) -> None:
     """Show each lane's queue depth, running jobs by lane with their progress, live
-    workers and recent throughput of a fleet."""
+    workers (and whether each holds the fleet key) and recent throughput of a fleet."""
     # Here, not at the top: urllib.request is 20 ms of every CLI start (issue 11:
     # a re-graded file takes ~0.7 s in all), and only this command reads metrics.
     from producer.client.status import read_fleet_status
 
+    keyring = _keyring()
     fleet = read_fleet_status(
         _connect_url(broker),
         timeout_s=timeout_s,
         window_s=window_s,
         metrics_urls=metrics_urls,
+        client_key_id=None if keyring is None else keyring.signing_id,
     )
     click.echo(fleet.to_json() if as_json else fleet.render())
 

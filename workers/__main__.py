@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from workers.fleet.settings import WorkerSettings
-from workers.wire.urls import connect_url, read_secret
+from workers.wire.urls import connect_url, is_loopback_url, read_secret, redact_url
 
-__all__ = ["build_parser", "main", "settings_from_args"]
+__all__ = ["build_parser", "main", "settings_from_args", "unkeyed_notice"]
 
 _OPTION_FIELDS = {
     "broker": "broker_url",
@@ -125,16 +125,35 @@ def worker_argv(settings: WorkerSettings) -> list[str]:
     return argv
 
 
+def unkeyed_notice(settings: WorkerSettings) -> str | None:
+    """What a worker without the fleet key says at start (None with one): a
+    WARNING when a Redis it uses is on another machine, where anyone who can write
+    to it can forge tasks, verdicts and cache entries; a note on loopback. Decided
+    from the URLs before anything connects."""
+    if settings.keyring is not None:
+        return None
+    urls = [settings.broker_url, settings.backend_url, settings.cache_url]
+    remote = [url for url in urls if url is not None and not is_loopback_url(url)]
+    if not remote:
+        return (
+            "gradefleet worker: no GRADEFLEET_SIGNING_KEY(_FILE): tasks, results, saved"
+            " verdicts and cache entries are not authenticated (see deploy/README.md)"
+        )
+    return (
+        f"gradefleet worker: WARNING: no fleet signing key and Redis "
+        f"{redact_url(remote[0])} is not on this machine: anyone who can write to it "
+        "can forge tasks, verdicts and cache entries. Give every worker and producer "
+        "the same key in GRADEFLEET_SIGNING_KEY_FILE (deploy/README.md, The fleet key)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse options, build settings (the worker's only env read), run the worker."""
     args = build_parser().parse_args(argv)
     settings = settings_from_args(args, os.environ)
-    if settings.keyring is None:
-        print(
-            "gradefleet worker: no GRADEFLEET_SIGNING_KEY(_FILE): tasks, results, saved"
-            " verdicts and cache entries are not authenticated (see deploy/README.md)",
-            file=sys.stderr,
-        )
+    notice = unkeyed_notice(settings)
+    if notice is not None:
+        print(notice, file=sys.stderr)
     _setup_metrics(settings)
     from celery.signals import worker_init
 

@@ -1,7 +1,8 @@
 """What `gradefleet status` shows: each lane's queue depth and the jobs on the job
 board (`producer.client.board`) read from Redis, live workers and their task counts over
-Celery's control bus (a light Celery app; no worker code imported), and, given worker
-metrics URLs, rollouts by status, rollouts/s and cache hit rate."""
+Celery's control bus (a light Celery app; no worker code imported) with whether each
+holds the fleet key, and, given worker metrics URLs, rollouts by status, rollouts/s and
+cache hit rate."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from producer.client.board import JobEntry, read_job_board
 from producer.errors import BrokerUnavailableError
-from workers.wire.contract import GRADE_BATCH
+from workers.wire.contract import GRADE_BATCH, KEY_STATS_FIELD
 from workers.wire.lanes import LANE_QUEUES
 from workers.wire.urls import redact_url
 
@@ -37,6 +38,22 @@ class WorkerStatus:
     concurrency: int | None
     batches_done: int
     uptime_s: float | None
+    # Whether it holds the fleet key, and the key's id; None: it did not say (a
+    # version from before workers reported it).
+    keyed: bool | None = None
+    signing_key_id: str | None = None
+
+    def key_text(self, client_key_id: str | None) -> str:
+        """`keyed (key 1a2b3c4d)`, `NOT keyed` or `keyed ?`; a key other than the
+        client's is flagged: their tasks and results would be refused."""
+        if self.keyed is None:
+            return "keyed ?"
+        if not self.keyed:
+            return "NOT keyed"
+        text = f"keyed (key {self.signing_key_id})"
+        if client_key_id is not None and self.signing_key_id != client_key_id:
+            text += f", not this client's key {client_key_id}"
+        return text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +136,7 @@ class FleetStatus:
     sandbox_restarts: int | None = None
     metrics_errors: tuple[str, ...] = ()
     jobs: tuple[JobEntry, ...] = ()
+    client_key_id: str | None = None  # the fleet key id of whoever asks, if any
 
     @property
     def ready(self) -> int:
@@ -141,11 +159,14 @@ class FleetStatus:
         unacked = "?" if self.unacked is None else f"{self.unacked:,}"
         lines.append(f"             {unacked} unacked (being graded, all lanes)")
         lines += self._job_lines()
-        lines.append(f"workers      {len(self.workers)} live")
+        keyed = sum(1 for w in self.workers if w.keyed)
+        live = f"workers      {len(self.workers)} live"
+        lines.append(f"{live}, {keyed} keyed" if self.workers else live)
         for w in self.workers:
             procs = "?" if w.concurrency is None else str(w.concurrency)
             lines.append(
-                f"  {w.name}  {procs} processes, {w.batches_done:,} batches done"
+                f"  {w.name}  {procs} processes, {w.batches_done:,} batches done, "
+                + w.key_text(self.client_key_id)
             )
         lines.append(f"throughput   {rate} batches/s (last {self.window_s:g} s)")
         return "\n".join(lines + self._metrics_lines())
@@ -216,11 +237,16 @@ def _worker(name: str, stats: dict[str, Any]) -> WorkerStatus:
     pool = stats.get("pool") or {}
     concurrency = pool.get("max-concurrency")
     uptime = stats.get("uptime")
+    key = stats.get(KEY_STATS_FIELD)
+    key = key if isinstance(key, dict) else {}
+    keyed, key_id = key.get("keyed"), key.get("signing_key_id")
     return WorkerStatus(
         name=name,
         concurrency=concurrency if isinstance(concurrency, int) else None,
         batches_done=int((stats.get("total") or {}).get(GRADE_BATCH, 0)),
         uptime_s=float(uptime) if isinstance(uptime, int | float) else None,
+        keyed=keyed if isinstance(keyed, bool) else None,
+        signing_key_id=key_id if isinstance(key_id, str) else None,
     )
 
 
@@ -270,12 +296,15 @@ def read_fleet_status(
     timeout_s: float = 1.0,
     window_s: float = 1.0,
     metrics_urls: Sequence[str] = (),
+    client_key_id: str | None = None,
 ) -> FleetStatus:
     """Read queue depth, live workers, and rates over `window_s`.
 
     Args:
         metrics_urls: worker `/metrics` endpoints; when given, rollouts by status,
             rollouts/s, cache hit rate and sandbox restarts are read from them.
+        client_key_id: the id of the fleet key the caller holds, if any: workers
+            under another key are flagged.
 
     Raises:
         BrokerUnavailableError: Redis cannot be reached (checked first, quickly).
@@ -308,4 +337,5 @@ def read_fleet_status(
         cache_hit_rate=totals.cache_hits / lookups if scraped and lookups else None,
         sandbox_restarts=int(totals.sandbox_restarts) if scraped else None,
         metrics_errors=tuple(last.errors),
+        client_key_id=client_key_id,
     )

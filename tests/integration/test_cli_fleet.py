@@ -124,6 +124,9 @@ def test_cli_status_shows_queue_depth_and_live_workers(
     assert job.job_id not in [j["job_id"] for j in drained["jobs"]]  # done: off
     assert drained["workers"][0]["batches_done"] >= 5
     assert drained["workers"][0]["concurrency"] == 1
+    # (started without the fleet key, and it says so on the control bus)
+    assert drained["workers"][0]["keyed"] is False
+    assert drained["workers"][0]["signing_key_id"] is None
     # And with the worker's metrics endpoint, rollouts by status are shown
     metrics_url = f"http://127.0.0.1:{port}/metrics"
     with_metrics = _status(redis_server, "--metrics", metrics_url)
@@ -134,7 +137,8 @@ def test_cli_status_shows_queue_depth_and_live_workers(
         cli, ["status", "--broker", redis_server, "--metrics", metrics_url]
     )
     assert table.exit_code == 0, table.output
-    assert "workers      1 live" in table.stdout
+    assert "workers      1 live, 0 keyed" in table.stdout
+    assert "batches done, NOT keyed" in table.stdout
     assert "gradefleet: 0 ready" in table.stdout
     assert "rollouts: correct" in table.stdout
 

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from click.testing import CliRunner
 
+from producer.cli import cli
 from producer.client.fleet import GradingClient
 from tests.helpers import free_port
 from tests.integration.faults import publish_batch
@@ -51,6 +53,37 @@ def _keyed_worker(make_workers: Any, url: str, tmp_path: Path) -> int:
     }
     make_workers(url).start(item_timeout_s=10.0, extra_env=env)
     return port
+
+
+def test_integrity_status_says_which_workers_hold_the_key(
+    start_redis_server: Any, make_workers: Any, tmp_path: Path
+) -> None:
+    # Given a keyed worker (key from a file) and an unkeyed one on the same broker
+    url = start_redis_server()
+    _keyed_worker(make_workers, url, tmp_path)
+    make_workers(url).start(item_timeout_s=10.0)
+    args = ["status", "--broker", url, "--window-s", "0.1", "--timeout-s", "3"]
+    # When `gradefleet status` asks them over the control bus, as a client holding
+    # the fleet key and as one holding another key
+    mine = CliRunner().invoke(
+        cli, [*args, "--json"], env={"GRADEFLEET_SIGNING_KEY": KEY}
+    )
+    other_key = "not-the-fleet-key-0123456789abcdefgh"
+    table = CliRunner().invoke(cli, args, env={"GRADEFLEET_SIGNING_KEY": other_key})
+    # Then each worker says whether it is keyed, by the key's id, never the key
+    assert mine.exit_code == 0, mine.output
+    assert KEY not in mine.stdout
+    status = json.loads(mine.stdout)
+    assert sorted((w["keyed"], w["signing_key_id"]) for w in status["workers"]) == [
+        (False, None),
+        (True, KEYRING.signing_id),
+    ]
+    assert status["client_key_id"] == KEYRING.signing_id
+    # and a worker under another key than the caller's is flagged
+    assert table.exit_code == 0, table.output
+    assert "workers      2 live, 1 keyed" in table.stdout
+    assert f"keyed (key {KEYRING.signing_id}), not this client's key" in table.stdout
+    assert "NOT keyed" in table.stdout
 
 
 def _rejected(port: int, kind: str) -> float:

@@ -1,4 +1,4 @@
-"""The least-privilege Redis ACL users of deploy/README.md, on a real redis-server:
+"""The least-privilege Redis ACL users of docs/operations.md, on a real redis-server:
 a worker, a producer and `gradefleet status` each work with their own user, and
 the producer's user cannot write the result cache."""
 
@@ -17,12 +17,12 @@ from producer.cli import cli
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "deploy" / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def _acl_lines() -> dict[str, list[str]]:
-    """The `ACL SETUSER` lines of the README's ACL example, by user name."""
-    text = README.read_text()
+    """The `ACL SETUSER` lines of the operations guide's ACL example, by user name."""
+    text = OPERATIONS.read_text()
     block = text.split("```redis-acl\n", 1)[1].split("```", 1)[0]
     users: dict[str, list[str]] = {}
     for line in block.splitlines():
@@ -33,7 +33,7 @@ def _acl_lines() -> dict[str, list[str]]:
 
 
 def _acl_server(start_redis_server: Any, producer_drops: str = "") -> tuple[str, Any]:
-    """A Redis with the README's users (passwords swapped for test ones; the
+    """A Redis with the guide's users (passwords swapped for test ones; the
     producer's without the key pattern `producer_drops`): its port, an admin
     client."""
     url = start_redis_server()
@@ -73,7 +73,7 @@ def _grade_as_producer(
 def test_redis_acl_worker_and_producer_work_with_their_own_users(
     start_redis_server: Any, make_workers: Any, tmp_path: Path
 ) -> None:
-    # Given a Redis with the README's users
+    # Given a Redis with the guide's users
     port, admin = _acl_server(start_redis_server)
     # When a worker runs as its user and the CLI grades as the producer's
     producer_url, graded = _grade_as_producer(port, make_workers, tmp_path)

@@ -131,3 +131,51 @@ def test_cli_status_redacts_passwords() -> None:
     assert redact_url("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
     assert redact_url("redis://user:pw@h/0") == "redis://user:***@h/0"
     assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_cli_status_render_says_which_workers_hold_the_fleet_key() -> None:
+    workers = (
+        WorkerStatus(
+            name="a@h",
+            concurrency=2,
+            batches_done=1,
+            uptime_s=1.0,
+            keyed=True,
+            signing_key_id="1a2b3c4d",
+        ),
+        WorkerStatus(
+            name="b@h",
+            concurrency=2,
+            batches_done=1,
+            uptime_s=1.0,
+            keyed=True,
+            signing_key_id="99999999",
+        ),
+        WorkerStatus(
+            name="c@h", concurrency=2, batches_done=1, uptime_s=1.0, keyed=False
+        ),
+        WorkerStatus(name="d@h", concurrency=2, batches_done=1, uptime_s=1.0),
+    )
+    fleet = FleetStatus(
+        broker="redis://h:6379/0",
+        lanes=(LaneStatus(lane="interactive", queue="gradefleet", ready=0),),
+        unacked=0,
+        workers=workers,
+        batches_per_s=0.0,
+        window_s=1.0,
+        client_key_id="1a2b3c4d",
+    )
+    text = fleet.render()
+    assert "workers      4 live, 2 keyed" in text
+    assert "a@h  2 processes, 1 batches done, keyed (key 1a2b3c4d)\n" in text
+    assert "b@h  2 processes, 1 batches done, keyed (key 99999999), not this " in text
+    assert "c@h  2 processes, 1 batches done, NOT keyed" in text
+    assert "d@h  2 processes, 1 batches done, keyed ?" in text  # an older worker
+    data = json.loads(fleet.to_json())
+    assert [(w["keyed"], w["signing_key_id"]) for w in data["workers"]] == [
+        (True, "1a2b3c4d"),
+        (True, "99999999"),
+        (False, None),
+        (None, None),
+    ]
+    assert data["client_key_id"] == "1a2b3c4d"

@@ -63,14 +63,19 @@ def test_deploy_compose_worker_command_and_env():
     build_parser().parse_args(command[1:])  # exits (SystemExit) on an unknown flag
     env = SERVICES["worker"]["environment"]
     assert set(env) <= _env_read_by_worker()
-    for url in env.values():
+    urls = [v for k, v in env.items() if k.endswith("_URL")]
+    assert len(urls) == 2
+    for url in urls:
         host, port = re.fullmatch(r"redis://([\w-]+):(\d+)/\d+", url).groups()  # type: ignore[union-attr]
         assert host in {"broker", "cache"}
         assert port == "6379"
     assert env["GRADEFLEET_BROKER_URL"].startswith("redis://broker:")
     assert env["GRADEFLEET_CACHE_URL"].startswith("redis://cache:")
-    # The memory limit holds every sandbox child at its cap, plus the processes.
-    settings = WorkerSettings.from_env(env)
+    # The memory limit holds every sandbox child at its cap, plus the processes
+    # (the key file exists only in the container).
+    settings = WorkerSettings.from_env(
+        {k: v for k, v in env.items() if k != "GRADEFLEET_SIGNING_KEY_FILE"}
+    )
     parsed = build_parser().parse_args(command[1:])
     concurrency = parsed.concurrency or settings.concurrency
     limit = SERVICES["worker"]["deploy"]["resources"]["limits"]["memory"]
@@ -114,6 +119,53 @@ def test_deploy_compose_service():
     assert {a for a in command[1:] if a.startswith("--")} <= flags
     envvars = {p.envvar for p in serve.params if isinstance(p.envvar, str)}
     assert {"GRADEFLEET_SERVE_TOKEN", "GRADEFLEET_BROKER_URL"} <= envvars
+
+
+KEY_SECRET = "gradefleet-signing-key"
+
+
+def _gradefleet_services() -> list[str]:
+    """Every service that runs the gradefleet image (workers, service, producers)."""
+    image = SERVICES["worker"]["image"]
+    return sorted(n for n, s in SERVICES.items() if s.get("image") == image)
+
+
+def test_deploy_compose_every_gradefleet_service_holds_the_fleet_key():
+    assert {"worker", "service"} <= set(_gradefleet_services())
+    for name in _gradefleet_services():
+        service = SERVICES[name]
+        # The key is a file from the compose secret, named by the variable the
+        # worker (and the producer CLI and service) read: never a value in env.
+        assert service["secrets"] == [KEY_SECRET], name
+        env = service["environment"]
+        assert env["GRADEFLEET_SIGNING_KEY_FILE"] == f"/run/secrets/{KEY_SECRET}"
+        assert "GRADEFLEET_SIGNING_KEY" not in env, name
+    assert "GRADEFLEET_SIGNING_KEY_FILE" in _env_read_by_worker()
+    # Required from whoever starts the stack, never a default in the file.
+    source = COMPOSE["secrets"][KEY_SECRET]["file"]
+    assert re.fullmatch(r"\$\{GRADEFLEET_SIGNING_KEY_FILE:\?[^}]+\}", source), source
+    assert set(COMPOSE["secrets"]) == {KEY_SECRET}
+
+
+def test_deploy_compose_no_key_value_committed():
+    # What `secrets.token_hex` makes (the README's recipe), in no file of deploy/;
+    # and no service gets a key by value.
+    tracked = subprocess.run(
+        ["git", "ls-files", "deploy"],
+        cwd=DEPLOY.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert tracked
+    for path in tracked:
+        text = (DEPLOY.parent / path).read_text(errors="replace")
+        assert not re.search(r"[0-9a-fA-F]{32,}", text), path
+    for name, service in SERVICES.items():
+        env = service.get("environment") or {}
+        assert not {k for k in env if k.startswith("GRADEFLEET_SIGNING_KEY")} - {
+            "GRADEFLEET_SIGNING_KEY_FILE"
+        }, name
 
 
 def test_deploy_compose_image_build():
@@ -180,12 +232,20 @@ def _podman_compose_config(env: dict[str, str]) -> subprocess.CompletedProcess[s
     )
 
 
-def test_deploy_compose_podman_compose_config():
-    env = {k: v for k, v in os.environ.items() if k != "GRADEFLEET_SERVE_TOKEN"}
-    missing = _podman_compose_config(env)
-    assert missing.returncode != 0
-    assert "GRADEFLEET_SERVE_TOKEN" in missing.stderr
-    proc = _podman_compose_config({**env, "GRADEFLEET_SERVE_TOKEN": "t0ken"})
+def test_deploy_compose_podman_compose_config(tmp_path):
+    required = ("GRADEFLEET_SERVE_TOKEN", "GRADEFLEET_SIGNING_KEY_FILE")
+    env = {k: v for k, v in os.environ.items() if k not in required}
+    key_file = tmp_path / "fleet.key"
+    given = {
+        "GRADEFLEET_SERVE_TOKEN": "t0ken",
+        "GRADEFLEET_SIGNING_KEY_FILE": str(key_file),
+    }
+    # Without either the token or the key file, the stack does not start.
+    for name in required:
+        missing = _podman_compose_config({**env, **given, name: ""})
+        assert missing.returncode != 0, name
+        assert name in missing.stderr
+    proc = _podman_compose_config({**env, **given})
     assert proc.returncode == 0, proc.stderr
     resolved = yaml.safe_load(proc.stdout)
     assert set(resolved["services"]) == set(SERVICES)
@@ -196,3 +256,11 @@ def test_deploy_compose_podman_compose_config():
         build = resolved["services"][name]["build"]
         assert (Path(build["context"]) / build["dockerfile"]).is_file()
     assert "broker-data" in resolved["volumes"]
+    # The key file given is what compose mounts where the services look for it.
+    assert resolved["secrets"] == {KEY_SECRET: {"file": str(key_file)}}
+    for name in _gradefleet_services():
+        service = resolved["services"][name]
+        assert service["secrets"] == [KEY_SECRET]
+        assert service["environment"]["GRADEFLEET_SIGNING_KEY_FILE"] == (
+            f"/run/secrets/{KEY_SECRET}"
+        )

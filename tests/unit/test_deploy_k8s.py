@@ -437,6 +437,77 @@ def test_deploy_k8s_pdbs_select_workloads():
             assert _selects(pdb["spec"]["selector"]["matchLabels"], labels)
 
 
+KEY_SECRET_KEY = "signing-key"
+
+
+def gradefleet_containers(
+    overlay: str,
+) -> Iterator[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """Every container of `overlay` that runs the gradefleet image (workers, the
+    service, any producer Job or CronJob): workload name, container, pod volumes."""
+    base = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())
+    (image,) = [i["newName"] for i in base["images"] if i["name"] == "gradefleet"]
+    for obj in rendered(overlay):
+        spec = obj.get("spec", {})
+        if obj["kind"] == "CronJob":
+            spec = spec["jobTemplate"]["spec"]
+        if "template" not in spec:
+            continue
+        pod = spec["template"]["spec"]
+        for container in pod["containers"] + pod.get("initContainers", []):
+            if container["image"].split(":")[0] == image:
+                yield obj["metadata"]["name"], container, pod.get("volumes", [])
+
+
+def _env_read_by(reader: Any) -> set[str]:
+    class Recording(dict[str, str]):
+        def get(self, key, default=None):
+            read.add(key)
+            return super().get(key, default)
+
+    read: set[str] = set()
+    reader(Recording())
+    return read
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_deploy_k8s_every_gradefleet_container_holds_the_fleet_key(overlay):
+    from workers.wire.signing import keyring_from_env
+
+    # The variable both sides read (worker settings; producer CLI and service).
+    assert "GRADEFLEET_SIGNING_KEY_FILE" in _env_read_by(WorkerSettings.from_env)
+    assert "GRADEFLEET_SIGNING_KEY_FILE" in _env_read_by(keyring_from_env)
+    found = list(gradefleet_containers(overlay))
+    assert {"gradefleet-worker", "gradefleet-service"} <= {n for n, _, _ in found}
+    for name, container, volumes in found:
+        env = {e["name"]: e for e in container.get("env", [])}
+        path = Path(env["GRADEFLEET_SIGNING_KEY_FILE"]["value"])
+        assert "GRADEFLEET_SIGNING_KEY" not in env, name  # a file, never env
+        (mount,) = [
+            m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent)
+        ]
+        assert mount.get("readOnly") is True, name
+        (volume,) = [v for v in volumes if v["name"] == mount["name"]]
+        # A required Secret: no key, no pod (never a fleet anyone can forge).
+        secret = volume["secret"]
+        assert secret["secretName"] == SECRET_NAME, name
+        assert secret.get("optional", False) is False, name
+        assert secret["items"] == [{"key": KEY_SECRET_KEY, "path": path.name}], name
+        # Readable by the pod's user or group only (the pod sets fsGroup).
+        assert secret["defaultMode"] & 0o007 == 0, name
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_deploy_k8s_no_key_value_committed(overlay):
+    assert not objects(overlay, "Secret"), "secrets are created by the operator"
+    for obj in rendered(overlay):
+        text = json.dumps(obj)
+        assert not re.search(r"[0-9a-fA-F]{32,}", text), obj["metadata"]["name"]
+        assert '"GRADEFLEET_SIGNING_KEY"' not in text, obj["metadata"]["name"]
+    data = one(overlay, "ConfigMap", "gradefleet-config")["data"]
+    assert not [k for k in data if k.startswith("GRADEFLEET_SIGNING_KEY")]
+
+
 def test_deploy_k8s_secrets_are_referenced_by_documented_keys():
     readme = (ROOT / "deploy" / "README.md").read_text()
     for overlay in OVERLAYS:
@@ -450,6 +521,14 @@ def test_deploy_k8s_secrets_are_referenced_by_documented_keys():
             for o in objects(overlay, "TriggerAuthentication")
             for r in o["spec"]["secretTargetRef"]
         ]
+        refs += [
+            (item["key"], volume["secret"]["secretName"])
+            for _, spec in pod_specs(overlay)
+            for volume in spec.get("volumes", [])
+            if "secret" in volume
+            for item in volume["secret"]["items"]
+        ]
+        assert (KEY_SECRET_KEY, SECRET_NAME) in refs
         assert refs
         for key, name in refs:
             assert name == SECRET_NAME
@@ -469,4 +548,5 @@ def test_deploy_k8s_service_command():
         flags = {opt for p in serve.params for opt in getattr(p, "opts", [])}
         assert {a for a in args[1:] if a.startswith("--")} <= flags
         envvars = {p.envvar for p in serve.params if isinstance(p.envvar, str)}
+        envvars.add("GRADEFLEET_SIGNING_KEY_FILE")  # serve reads the key itself
         assert {e["name"] for e in container["env"]} <= envvars

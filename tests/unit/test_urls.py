@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from workers.errors import ConfigError
-from workers.wire.urls import connect_url, read_secret, redact_url
+from workers.wire.urls import connect_url, is_loopback_url, read_secret, redact_url
 
 
 @pytest.mark.parametrize(
@@ -69,3 +69,25 @@ def test_urls_read_secret_from_env_or_file(tmp_path: Path) -> None:
         read_secret({"X": "a", "X_FILE": str(path)}, "X")
     with pytest.raises(ConfigError, match="cannot read"):
         read_secret({"X_FILE": str(tmp_path / "missing")}, "X")
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("redis://127.0.0.1:6379/0", True),
+        ("redis://:pw@127.0.0.2/0", True),
+        ("redis://LOCALHOST/0", True),
+        ("redis://[::1]:6379/0", True),
+        ("redis:///0", True),  # no host: redis-py connects to localhost
+        ("unix:///run/redis.sock", True),
+        ("sentinel://127.0.0.1:26379,localhost:26380?master_name=m", True),
+        ("sentinel://127.0.0.1:26379,s2:26380?master_name=m", False),
+        ("rediss://broker:6379/0", False),
+        ("redis://10.0.0.1/0", False),
+        ("redis://localhost.example.com/0", False),  # a name: never resolved
+        ("redis://[::1/0", False),  # does not parse: assume the worst
+        ("sentinel://h:26379", False),  # no master_name: does not parse either
+    ],
+)
+def test_urls_loopback_from_the_text_alone(url: str, loopback: bool) -> None:
+    assert is_loopback_url(url) is loopback

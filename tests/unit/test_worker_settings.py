@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from workers.__main__ import build_parser, settings_from_args, worker_argv
+from workers.__main__ import (
+    build_parser,
+    settings_from_args,
+    unkeyed_notice,
+    worker_argv,
+)
 from workers.errors import ConfigError
 from workers.fleet.app import create_app
 from workers.fleet.settings import WorkerSettings
@@ -151,3 +157,81 @@ def test_worker_settings_rediss_app_builds_without_ssl_cert_reqs():
     settings = WorkerSettings.from_env({"GRADEFLEET_BROKER_URL": "rediss://h:1/0"})
     app = create_app(settings)
     assert app.backend.connparams["ssl_cert_reqs"] is not None
+
+
+KEY = "k" * 40
+
+
+@pytest.mark.parametrize(
+    ("env", "remote"),
+    [
+        ({}, None),
+        ({"GRADEFLEET_BROKER_URL": "redis://[::1]:6379/0"}, None),
+        ({"GRADEFLEET_BROKER_URL": "unix:///run/redis.sock"}, None),
+        ({"GRADEFLEET_BROKER_URL": "redis://broker:6379/0"}, "redis://broker:6379/0"),
+        (
+            {"GRADEFLEET_BROKER_URL": "redis://:pw@10.0.0.5/0"},
+            "redis://:***@10.0.0.5/0",
+        ),
+        (
+            {"GRADEFLEET_CACHE_URL": "rediss://cache.internal/0"},
+            "rediss://cache.internal/0?ssl_cert_reqs=required",
+        ),
+        (
+            {"GRADEFLEET_BROKER_URL": "sentinel://127.0.0.1:26379,s2?master_name=m"},
+            "sentinel://127.0.0.1:26379,s2?master_name=m",
+        ),
+    ],
+    ids=["default", "ipv6-loopback", "unix", "name", "ip", "cache", "sentinel"],
+)
+def test_worker_without_key_warns_when_redis_is_another_machine(env, remote):
+    # Decided from the URLs alone: nothing is resolved or connected here.
+    notice = unkeyed_notice(WorkerSettings.from_env(env))
+    assert notice is not None
+    assert "not authenticated" in notice or "WARNING" in notice
+    if remote is None:
+        assert "WARNING" not in notice
+    else:
+        assert "WARNING: no fleet signing key" in notice
+        assert f"Redis {remote} is not on this machine" in notice
+        assert "pw" not in notice
+        assert "GRADEFLEET_SIGNING_KEY_FILE" in notice
+    # With the key, nothing to say.
+    keyed = WorkerSettings.from_env({**env, "GRADEFLEET_SIGNING_KEY": KEY})
+    assert unkeyed_notice(keyed) is None
+
+
+def test_worker_without_key_warns_for_the_broker_given_as_option():
+    args = build_parser().parse_args(["--broker", "redis://redis-host:6379/0"])
+    notice = unkeyed_notice(settings_from_args(args, {}))
+    assert notice is not None
+    assert "WARNING" in notice
+    assert "redis://redis-host:6379/0" in notice
+
+
+def test_worker_entry_point_warns_before_connecting(tmp_path):
+    # The real entry point (`python -m workers`), an unkeyed worker told to use a
+    # broker on another machine: the WARNING is printed first. Its metrics
+    # directory is a file, so the start stops right after, in the first step that
+    # would open anything (before any Redis client exists).
+    not_a_dir = tmp_path / "metrics"
+    not_a_dir.write_text("")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GRADEFLEET_", "CELERY_"))
+    }
+    env["GRADEFLEET_METRICS_DIR"] = str(not_a_dir)
+    completed = subprocess.run(
+        [sys.executable, "-m", "workers", "--broker", "redis://broker.invalid:6379/0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert completed.returncode != 0
+    first = completed.stderr.splitlines()[0]
+    assert first.startswith("gradefleet worker: WARNING: no fleet signing key")
+    assert "redis://broker.invalid:6379/0" in first
+    assert "FileExistsError" in completed.stderr

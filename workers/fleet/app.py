@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 from celery.worker import control
 
@@ -23,7 +23,7 @@ from workers.fleet.settings import WorkerSettings
 from workers.fleet.timers import TimerPurge
 from workers.sandbox.process import warm_up_verifier
 from workers.wire.connections import celery_endpoint, transport_for
-from workers.wire.contract import QUEUE
+from workers.wire.contract import KEY_STATS_FIELD, QUEUE
 from workers.wire.lanes import LaneCycle
 
 __all__ = ["create_app"]
@@ -48,6 +48,22 @@ def _limit_remote_control() -> None:
     for name in list(control.Panel.data):
         if name not in REMOTE_CONTROL_COMMANDS:
             del control.Panel.data[name]
+
+
+def _key_stats_step(settings: WorkerSettings) -> type[bootsteps.StartStopStep]:
+    """A worker bootstep whose `info` adds to the node's `stats` reply whether it
+    holds the fleet key, and the key's id (`workers.wire.contract.KEY_STATS_FIELD`)."""
+    key_id = None if settings.keyring is None else settings.keyring.signing_id
+    info = {KEY_STATS_FIELD: {"keyed": key_id is not None, "signing_key_id": key_id}}
+
+    # A StartStopStep (that starts nothing): only those join `worker.steps`, whose
+    # `info` Celery merges into `stats` (Blueprint.info). Celery's stubs type the
+    # base method as returning None.
+    class FleetKeyInfo(bootsteps.StartStopStep):
+        def info(self, worker: Any) -> dict[str, Any]:  # type: ignore[override]
+            return info
+
+    return FleetKeyInfo
 
 
 def _on_worker_init(**_: Any) -> None:
@@ -126,6 +142,7 @@ def create_app(settings: WorkerSettings) -> Celery:
     # Cancelled time-limit timers would stay in the heap until due
     # (workers.fleet.timers).
     app.steps["worker"].add(TimerPurge)
+    app.steps["worker"].add(_key_stats_step(settings))
     worker_init.connect(_on_worker_init, weak=False, dispatch_uid="gf-worker-init")
     worker_process_init.connect(_on_process_init, weak=False, dispatch_uid="gf-init")
     worker_process_shutdown.connect(

@@ -21,6 +21,7 @@ from workers.wire.signing import Keyring, items_digest
 
 __all__ = [
     "GRADE_BATCH",
+    "KEY_STATS_FIELD",
     "MAX_TEXT_CHARS",
     "QUEUE",
     "WireBatch",
@@ -40,6 +41,10 @@ __all__ = [
 
 GRADE_BATCH = "gradefleet.grade_batch"
 QUEUE = "gradefleet"
+# The field of a worker's `stats` reply (Celery's control bus) that says whether it
+# holds the fleet key: `{"keyed": bool, "signing_key_id": str | None}` (the id every
+# tag already carries, never the key). `gradefleet status` shows it.
+KEY_STATS_FIELD = "gradefleet_fleet_key"
 # Bounds that keep one message from exhausting a worker before grading even starts.
 MAX_ITEMS_PER_BATCH = 10_000
 MAX_TEXT_CHARS = 1_000_000

@@ -18,6 +18,7 @@ var, one `--broker` option):
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ __all__ = [
     "SENTINEL_SCHEME",
     "SentinelUrl",
     "connect_url",
+    "is_loopback_url",
     "is_sentinel_url",
     "parse_sentinel_url",
     "read_secret",
@@ -121,6 +123,33 @@ def read_secret(environ: Mapping[str, str], name: str) -> str | None:
     except OSError as exc:
         raise ConfigError(f"{name}_FILE: cannot read {path}: {exc}") from exc
     return text.removesuffix("\n").removesuffix("\r") or None
+
+
+def is_loopback_url(url: str) -> bool:
+    """True when every host `url` names is this machine (`localhost`, 127.0.0.0/8,
+    `::1`; no host: redis-py's localhost) or it is a Unix socket. Decided from the
+    text alone, no DNS lookup: any other name (`broker`, `redis.internal`) counts as
+    another machine, and so does a URL that does not parse."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme.lower() == "unix":
+            return True
+        if is_sentinel_url(url):
+            hosts = [host for host, _ in parse_sentinel_url(url).sentinels]
+        else:
+            hosts = [parts.hostname or "localhost"]
+    except (ValueError, ConfigError):
+        return False
+    return all(_is_loopback_host(host) for host in hosts)
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
