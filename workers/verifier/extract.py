@@ -58,6 +58,7 @@ from workers.verifier.spans import (
     clean,
     last_box,
     marker_name,
+    strip_stray_closers,
 )
 
 __all__ = ["Extraction", "extract_answer", "extract_gold"]
@@ -160,7 +161,7 @@ def extract_gold(gold: str) -> str | None:
 
 def _final_part(response: str) -> tuple[str, str]:
     """Drop `<think>` reasoning; return the text to search and a note if unusual."""
-    response = _cut_at_end_of_turn(response)
+    response = strip_stray_closers(_cut_at_end_of_turn(response))
     run_on = _run_on_turn(response)
     if run_on >= 0:
         text, note = _final_part(response[:run_on])
@@ -170,7 +171,7 @@ def _final_part(response: str) -> tuple[str, str]:
         after = response[close + len("</think>") :]
         if clean(after):
             return after, ""
-        return response, "answer only inside <think>"
+        return response[:close], "answer only inside <think>"
     if response.find("<think>") >= 0:
         return response, "unterminated <think>"
     return response, ""

@@ -110,12 +110,19 @@ def answer_line(text: str, *, allow_gsm8k: bool) -> tuple[str, int] | None:
 
 
 def _gsm8k_last_line(text: str) -> tuple[str, int] | None:
-    """`A: 18` or `#### 18` as the last non-empty line (GSM8K's solutions)."""
+    """`A: 18` or `#### 18` on the last non-empty line (GSM8K's solutions); `####`
+    counts wherever it stands on that line (`... for the 12 of them. #### 8`)."""
     body = text.rstrip()
     start = body.rfind("\n") + 1
     match = _GSM8K_LINE.match(body, start)
     if match is None:
-        return None
+        hashes = body.rfind("####", start)
+        if hashes <= start or body.startswith("#", hashes - 1):
+            return None
+        match = _GSM8K_LINE.match(body, hashes)
+        if match is None:
+            return None
+        start = hashes
     answer = clean(match.group("rest"))
     return None if answer is None else (answer, start)
 

@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import pairwise
+
+from workers.verifier.chains import true_chain_answer
 
 __all__ = [
     "MAX_SENTENCE_SPAN_CHARS",
@@ -44,6 +47,7 @@ __all__ = [
 
 MAX_SENTENCE_SPAN_CHARS = 4_000
 MAX_VALUES = 50
+MAX_REPEATS = 3
 
 _NEGATION = re.compile(
     r"\b(?:not|no|never|none|neither|nor|cannot|maybe|perhaps|possibly|probably"
@@ -105,7 +109,15 @@ _DETERMINERS = re.compile(
 # An operator after the last value with no operand after it (`... to get 8 + )`).
 _DANGLING = re.compile(r"\s*[-+*/×÷=]\s*(?![\s\w$(\\])")
 _WORD_BEFORE = re.compile(r"\b([A-Za-z]+)[ \t]+\Z")
+# "neither pens nor pencils": a pair of things the answer is not, not a hedge on it.
+_NEITHER_NOR = re.compile(r"\bneither\b[^.!?\n]{0,80}?\bnor\s+[A-Za-z]+", re.IGNORECASE)
+# Letters glued after a number that still leave it a number (`16cm`, `5kg`, `3pm`).
+_GLUED_UNITS = frozenset(
+    {"cm", "mm", "km", "m", "kg", "g", "mg", "l", "ml", "s", "h", "hr", "hrs", "min",
+     "mins", "ft", "in", "yd", "mi", "oz", "lb", "lbs", "mph", "k", "am", "pm", "x"}
+)  # fmt: skip
 _ORDINAL = re.compile(r"(?:st|nd|rd|th)\b", re.IGNORECASE)
+_LETTERS = re.compile(r"[A-Za-z]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +150,33 @@ def read_sentence(span: str) -> Reading:
         values = _values(sentence)
         if not values:
             continue
-        if _NEGATION.search(_outside_math(sentence)):
+        if _NEGATION.search(_NEITHER_NOR.sub(_no_value, _outside_math(sentence))):
             return Reading(None, "sentence answer is negated or hedged")
         if _DANGLING.match(sentence, values[-1].end):
             return Reading(None, "sentence ends in the middle of an expression")
-        if len(values) == 1:
+        chained = true_chain_answer(whole)
+        if chained is not None:
+            return Reading(chained)
+        if _said_again(sentence, values):
             return Reading(values[0].text)
         return _asserted(sentence, values)
     return Reading(None)
+
+
+def _said_again(sentence: str, values: list[_Value]) -> bool:
+    """One value said again in words (`47 (the cat catches 47 animals`): at most
+    `MAX_REPEATS` times, with words between (a matrix of ones is no sentence)."""
+    if len(values) > MAX_REPEATS or len({value.text for value in values}) != 1:
+        return False
+    return all(
+        _PROSE_WORD.search(sentence, a.end, b.start) is not None
+        for a, b in pairwise(values)
+    )
+
+
+def _no_value(match: re.Match[str]) -> str:
+    """A "neither pens nor pencils" holding no value: a description, not a denial."""
+    return match.group() if _VALUE.search(match.group()) else " "
 
 
 def _main_clause(sentence: str) -> str:
@@ -217,12 +248,24 @@ def _value_text(sentence: str, match: re.Match[str]) -> str | None:
         body = inner[1:-1] if inner.startswith("$") else inner[2:-2]
         has_value = any(c.isdigit() for c in body) or "\\" in body
         return body.strip() if has_value and body.strip() else None
-    if _is_label(sentence, match.start(), match.end()):
+    if _is_label(sentence, match.start(), match.end()) or _glued(sentence, match):
         return None
     if match.group("word") is not None:
         return _word_value(sentence, match)
     text = match.group("num").replace("$", "").replace("−", "-").rstrip(",")
     return text or None
+
+
+def _glued(sentence: str, match: re.Match[str]) -> bool:
+    """A number glued to a word (`11’Brien`, `4abc`) is part of a name, not a value;
+    a unit glued to it (`16cm`) is not."""
+    end = match.end()
+    if match.group("num") is None or end >= len(sentence):
+        return False
+    if sentence[end] in "’'" and sentence[end + 1 : end + 2].isalpha():
+        return True
+    letters = _LETTERS.match(sentence, end)
+    return letters is not None and letters.group().lower() not in _GLUED_UNITS
 
 
 def is_prose(span: str) -> bool:
@@ -247,7 +290,10 @@ def is_label_number(text: str, start: int, end: int) -> bool:
 
 def _is_label(sentence: str, start: int, end: int) -> bool:
     before = sentence[max(0, start - 20) : start]
-    if before.rstrip().endswith(("#", "No.", "no.")):
+    mark = before.rstrip()
+    if mark.endswith(("No.", "no.")) or (
+        mark.endswith("#") and not mark.endswith("####")  # GSM8K's marker, no label
+    ):
         return True
     word = _WORD_BEFORE.search(before)
     if word is not None and word.group(1).lower() in _LABEL_WORDS:
