@@ -38,7 +38,7 @@ from workers.models import (
     exact_gold_text,
 )
 from workers.verifier.decide import decide_parsed
-from workers.verifier.extract import extract_answer
+from workers.verifier.extract import bare_answer_text, extract_answer
 from workers.verifier.pipeline import Parsed, parse_answer, parse_gold
 from workers.verifier.version import GRADER_VERSION
 
@@ -265,7 +265,7 @@ def grade_answer(
     Returns:
         The verdict; an empty answer is ``no_answer``.
     """
-    text = answer.strip()
+    text = bare_answer_text(answer) if answer.strip() else ""
     reason = "" if text else "empty answer"
     method = ExtractionMethod.BOXED if text else ExtractionMethod.NONE
     try:

@@ -48,6 +48,8 @@ from workers.verifier.prose import (
     MAX_BARE_ANSWER_CHARS,
     UNMARKED_FINDERS,
     answer_line,
+    cut_mid_sentence,
+    named_value,
     phrase_answer,
 )
 from workers.verifier.spans import (
@@ -61,7 +63,7 @@ from workers.verifier.spans import (
     strip_stray_closers,
 )
 
-__all__ = ["Extraction", "extract_answer", "extract_gold"]
+__all__ = ["Extraction", "bare_answer_text", "extract_answer", "extract_gold"]
 
 # More text than this (not counting whitespace) after the final answer's marker is a
 # run-on (a new question, rambling): `format_valid` is then false.
@@ -135,7 +137,7 @@ def extract_gold(gold: str) -> str | None:
     solution (``#### 18`` or a final ``A: 18`` line). Returns None for an empty or
     unreadable gold.
     """
-    text = gold.strip()
+    text = strip_stray_closers(_cut_at_end_of_turn(gold)).strip()
     if not text:
         return None
     hashes = text.rfind("####")
@@ -156,7 +158,20 @@ def extract_gold(gold: str) -> str | None:
         return phrase
     if len(text) > MAX_BARE_GOLD_CHARS:
         return None
-    return clean(text)
+    bare = clean(text)
+    return named_value(bare) if bare is not None else None
+
+
+def bare_answer_text(answer: str) -> str:
+    """An already-extracted answer as the comparison should see it: end tokens and
+    stray closing tags cut, a `\\boxed{}` still around it opened, a stray trailing
+    `\\` dropped, and the value of a named one (`any text=12`)."""
+    text = strip_stray_closers(_cut_at_end_of_turn(answer))
+    box = last_box(text)
+    if box is not None and not box.problem and box.content is not None:
+        text = ", ".join(box_chain(text, box))
+    bare = clean(text)
+    return answer.strip() if bare is None else named_value(bare)
 
 
 def _final_part(response: str) -> tuple[str, str]:
@@ -315,6 +330,8 @@ def _fallbacks(text: str) -> Extraction:
             format_valid=False,
             reason="no marker; final-answer phrase",
         )
+    if cut_mid_sentence(text):
+        return _none("no marker; the text stops mid-sentence (cut off)")
     for finder, reason in UNMARKED_FINDERS:
         answer = finder(text)
         if answer is not None:

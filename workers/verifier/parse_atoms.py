@@ -8,7 +8,7 @@ from fractions import Fraction
 from workers.verifier.nodes import Node, Refused, num, render
 from workers.verifier.tokens import FUNCTIONS, Token
 
-__all__ = ["AtomParser"]
+__all__ = ["NOT_UNITS", "AtomParser"]
 
 MAX_DEPTH = 150
 MAX_MATRIX_CELLS = 100
@@ -23,7 +23,7 @@ _MATRIX_ENVS = frozenset(
     {"pmatrix", "bmatrix", "matrix", "array", "vmatrix", "Bmatrix"}
 )
 # Negations, hedges and directions: never dropped like a unit after a number.
-_NOT_UNITS = frozenset(
+NOT_UNITS = frozenset(
     {"not", "no", "never", "maybe", "perhaps", "possibly", "probably", "excluded",
      "except", "excluding", "wrong", "false", "incorrect", "impossible", "undefined",
      "invalid", "none", "neither", "nor", "either", "than", "about", "around",
@@ -104,7 +104,7 @@ class AtomParser:
         zero``) are not units: the answer is refused, never read as the bare number.
         """
         word = self.advance().text
-        if word in _NOT_UNITS:
+        if word in NOT_UNITS:
             raise Refused(f"{word!r} after a value")
         if self.peek() == Token("op", "^"):
             self.advance()
