@@ -98,7 +98,8 @@ _RE_ORDINAL = re.compile(
 )
 # One unit group ending the answer: `\text{ m/s^{2}}`, `\text{ kcal m}^{-2}`.
 _RE_UNIT_TAIL = re.compile(
-    r"\\(?:text|mathrm|mbox|textrm)\s*\{(?P<unit>\s*[A-Za-z][A-Za-z /^{}.\d⁰¹²³⁴⁵⁶⁷⁸⁹⁻-]{0,40})\}"
+    r"\\(?:text|mathrm|mbox|textrm)\s*\{"
+    r"(?P<unit>\s*[A-Za-z][A-Za-z /^{}.\d⁰¹²³⁴⁵⁶⁷⁸⁹⁻-]{0,40})\}"
     r"(?:\s*\^\s*(?:\{\s*-?\d{1,2}\s*\}|-?\d))?\s*"
 )
 _RE_UNIT_WORD = re.compile(r"[A-Za-z]+")
@@ -127,9 +128,12 @@ def strip_units_and_conditions(text: str) -> str:
         return text
     text = _RE_ORDINAL.sub("", text)
     condition = _RE_CONDITION.search(text)
-    if condition is not None and condition.start() > 0:
-        if _RE_PIECEWISE.search(text, condition.end()) is None:
-            text = text[: condition.start()]
+    if (
+        condition is not None
+        and condition.start() > 0
+        and _RE_PIECEWISE.search(text, condition.end()) is None
+    ):
+        text = text[: condition.start()]
     for _ in range(MAX_UNIT_GROUPS):
         cut = _unit_tail(text)
         if cut is None:
@@ -144,11 +148,10 @@ def _unit_tail(text: str) -> str | None:
     if pos <= 0:
         return None
     match = _RE_UNIT_TAIL.fullmatch(text, pos)
-    if match is None or match.group("unit").count("{") != match.group("unit").count(
-        "}"
-    ):
+    unit = match.group("unit") if match is not None else "{"
+    if unit.count("{") != unit.count("}"):
         return None
-    words = [word.lower() for word in _RE_UNIT_WORD.findall(match.group("unit"))]
+    words = [word.lower() for word in _RE_UNIT_WORD.findall(unit)]
     if words in (["e"], ["i"]) or any(
         word in _NOT_UNIT_WORDS or word in NOT_UNITS for word in words
     ):
