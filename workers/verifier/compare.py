@@ -25,6 +25,9 @@ Policies:
     Decimal comma: a bare ``2,74`` (no space, not a thousands group; ``0,111`` is
     never 111) is a list of two numbers or the decimal 2.74; against a single value
     either reading may match, against a collection only the list reading counts.
+    Degrees: an angle written in degrees (``30^\\circ``) has two readings, its number
+    (gold ``30``) and its radians (gold ``\\frac{\\pi}{6}``); ``150^\\circ`` is not
+    ``\\frac{\\pi}{6}``, and a bare ``\\frac{\\pi}{6}`` answers gold ``30^\\circ``.
     Choices and text: one capital letter is a choice (``B`` = ``(B)`` = ``\text{(B)}``);
     text answers compare case-insensitively word by word.
 """
@@ -36,6 +39,7 @@ from fractions import Fraction
 from workers.models import VerifyMethod
 from workers.verifier.nodes import Node, Refused, num, render
 from workers.verifier.outcome import Outcome
+from workers.verifier.parse_atoms import DEGREES
 from workers.verifier.rounding import float_noise_match, rounded_match
 from workers.verifier.structures import (
     MAX_PARTS,
@@ -295,10 +299,30 @@ def _is_plain_number(node: Node) -> bool:
 def _readings(node: Node, other: Node) -> list[Node]:
     if node.kind == "pct":
         return [node, node.kids[0]]
+    if node.kind == "mul" and node.text == DEGREES:
+        return [node.kids[0], node]  # 30 degrees: the number 30, or pi/6 radians
+    if _has_degrees(node):
+        return [_without_degrees(node), node]
     if node.text.startswith("comma:") and not _is_structure(other):
         return [node, _decimal(node.text.removeprefix("comma:"))]
     expanded = expand_pm(node)
     return [node] if expanded is None else [expanded]
+
+
+def _has_degrees(node: Node) -> bool:
+    if node.kind == "mul" and node.text == DEGREES:
+        return True
+    return node.kind not in _ORDERED | _UNORDERED and any(map(_has_degrees, node.kids))
+
+
+def _without_degrees(node: Node) -> Node:
+    """`node` with every angle in degrees read as its number (`180^\\circ - x`)."""
+    if node.kind == "mul" and node.text == DEGREES:
+        return node.kids[0]
+    if not node.kids:
+        return node
+    kids = tuple(_without_degrees(kid) for kid in node.kids)
+    return Node(node.kind, kids, text=node.text, value=node.value)
 
 
 def _decimal(literal: str) -> Node:

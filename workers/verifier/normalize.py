@@ -67,9 +67,11 @@ _RE_WRAPPER = re.compile(
     r"|operatorname\*?|hbox|emph)\s*(?=\{)"
 )
 _RE_PRIME = re.compile(r"\^\s*\{\s*\\prime\s*\}|\^\s*\\prime|\\prime")
-_RE_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\^\s*\{\s*o\s*\}")
-# Inside a trig argument a degree is pi/180 (`\sin 30^\circ` = 1/2); elsewhere it is a
-# unit and dropped like one (`90^\circ` answers gold `90`, and never `\pi/2`).
+_RE_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree|\^\s*\{\s*o\s*\}")
+_RE_BARE_CIRC = re.compile(r"\\circ")
+# A degree sign is kept as `\circ`: the parser reads `30^\circ` as an angle with two
+# readings, the number 30 and the radians pi/6 (see `compare`). A bare `\circ` (no
+# caret) is a degree only inside a trig argument; elsewhere (`f \circ g`) it is dropped.
 _RE_TRIG = re.compile(r"(?<![a-zA-Z])(?:sin|cos|tan|sec|csc|cot)(?![a-zA-Z])")
 # The real line is the interval it names (before NFKC, which folds ℝ into a plain R).
 _RE_REALS = re.compile(r"\\mathbb\s*\{\s*R\s*\}|\\mathbb\s+R(?![a-zA-Z])|ℝ")
@@ -193,7 +195,9 @@ def normalize(text: str) -> str:
     s = _RE_GROUP_COMMA.sub("", s)
     s = _RE_SPACED_COMMA.sub("", s)
     s = _RE_THIN_SPACE.sub("", s)
-    s = _RE_DEGREE.sub(r" \\circ " if _RE_TRIG.search(s) else " ", s)
+    s = _RE_DEGREE.sub("\x04", s)  # a degree sign, kept through the bare-\circ rule
+    s = _RE_BARE_CIRC.sub(r" \\circ " if _RE_TRIG.search(s) else " ", s)
+    s = s.replace("\x04", r" \circ ")
     s = s.replace("\\\\", "\x03").replace(r"\%", "%")
     s = s.replace(r"\{", "\x01").replace(r"\}", "\x02")
     s = _RE_LAYOUT.sub(" ", s)

@@ -215,7 +215,8 @@ class Parser(AtomParser):
             return left.kind != "num"
         if tok.kind == "cmd":
             return tok.text not in _REL_OPS and tok.text not in {
-                "cup", "pm", "mp", "end", "}", "cdot", "times", "div", "|",
+                "cup", "pm", "mp", "end", "}", "cdot", "times", "div", "|", "mid",
+                "rceil", "rfloor",
             }  # fmt: skip
         return tok.kind == "id" or (tok.text in {"(", "{"} and tok.kind == "op")
 

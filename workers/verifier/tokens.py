@@ -30,6 +30,10 @@ _COMMANDS = FUNCTIONS | {
     "emptyset", "varnothing", "sim", "equiv", "to", "rightarrow", "implies", "ldots",
     "dots", "cdots", "tfrac", "over", "mathbb", "alpha", "beta", "gamma", "theta",
     "lambda", "mu", "phi", "omega", "sigma", "tau", "rho", "delta", "epsilon", "circ",
+    "lceil", "rceil", "lfloor", "rfloor",
+    # accents and operator names: read only inside a subscript (`E_{\widetilde{10}}`,
+    # `m_{\max}`); anywhere else the parser refuses them
+    "widetilde", "tilde", "hat", "widehat", "bar", "vec", "max", "min",
 }  # fmt: skip
 _UNITS_TWO = frozenset(
     {"cm", "mm", "km", "kg", "mg", "ft", "yd", "mi", "hr", "ml", "pt"}

@@ -441,10 +441,14 @@ POLICIES: list[Row] = [
         OK,
     ),
     ("sentence-number-word", "twenty-one loaves", "21", OK),
-    # normalize.py: a degree outside a trig argument is a unit, dropped like one
+    # compare.py (r6): an angle in degrees reads as its number or as its radians
     ("degrees-vs-number", r"90^\circ", "90", OK),
-    ("degrees-vs-radians", r"90^\circ", r"\frac{\pi}{2}", NO),
-    ("radians-vs-degrees", r"\frac{\pi}{2}", r"90^\circ", NO),
+    ("degrees-vs-radians", r"90^\circ", r"\frac{\pi}{2}", OK),
+    ("radians-vs-degrees", r"\frac{\pi}{2}", r"90^\circ", OK),
+    ("degrees-vs-other-radians", r"150^\circ", r"\frac{\pi}{6}", NO),
+    ("radians-vs-other-degrees", r"\frac{\pi}{6}", r"150^\circ", NO),
+    ("degrees-vs-degrees-number", r"30^\circ", "0.5236", NO),
+    ("degree-sum-vs-number", r"180^\circ - 30^\circ", "150", OK),
     # parse.py: units are dropped, so a different unit with the same number counts
     ("units-differ", r"5\text{ m}", r"5\text{ cm}", OK),
     ("unit-power-differs", r"15\mbox{ cm}^3", r"15\mbox{ cm}^2", OK),
