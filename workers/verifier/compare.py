@@ -40,7 +40,11 @@ from workers.models import VerifyMethod
 from workers.verifier.nodes import Node, Refused, num, render
 from workers.verifier.outcome import Outcome
 from workers.verifier.parse_atoms import DEGREES
-from workers.verifier.rounding import float_noise_match, rounded_match
+from workers.verifier.rounding import (
+    float_noise_match,
+    gold_rounding_match,
+    rounded_match,
+)
 from workers.verifier.structures import (
     MAX_PARTS,
     as_interval,
@@ -59,6 +63,7 @@ __all__ = ["Outcome", "compare"]
 _ORDERED = frozenset({"pair", "tuple"})
 _UNORDERED = frozenset({"set", "list"})
 _INTERVALS = frozenset({"interval", "union"})
+GOLD_ROUNDED = "the exact answer rounds to the decimal gold at its precision"
 
 
 def compare(
@@ -102,7 +107,7 @@ class _Comparer:
     def run(self, pred: Node, gold: Node) -> Outcome:
         pred, gold = _unwrap_membership(pred), _unwrap_membership(gold)
         if not _has_relation(gold):
-            pred = strip_label(regroup_assignments(pred))
+            pred = strip_label(regroup_assignments(pred), answer=True)
         if not _has_relation(pred):
             gold = strip_label(regroup_assignments(gold))
         return self.any_form(pred, gold)
@@ -236,6 +241,9 @@ class _Comparer:
                 return Outcome(False, VerifyMethod.STRUCTURAL, answers)
             if answers is not None:
                 return self.chain_answer(answers, gold)
+            golds = closed_chain_answers(gold) if gold.kind == "rel" else None
+            if isinstance(golds, tuple):  # `\\frac{\\sqrt3}{3} \\approx 0.577`
+                return self.chain_gold(pred, golds)
             return Outcome(False, VerifyMethod.STRUCTURAL, "relation against value")
         return compare_relations(pred, gold, self.any_form)
 
@@ -250,6 +258,18 @@ class _Comparer:
                 )
             undecided = undecided or out.same is None
         reason = "" if undecided else "final side of the chain differs"
+        return Outcome(None if undecided else False, VerifyMethod.STRUCTURAL, reason)
+
+    def chain_gold(self, pred: Node, golds: tuple[Node, ...]) -> Outcome:
+        """A gold written as a true closed chain (`\\frac{\\sqrt3}{3} \\approx
+        0.577`): the answer may be its final side or its exact side."""
+        undecided = False
+        for gold in golds:
+            out = self.any_form(pred, gold)
+            if out.same:
+                return Outcome(True, out.method, "a side the gold's chain asserts")
+            undecided = undecided or out.same is None
+        reason = "" if undecided else "no side of the gold's chain"
         return Outcome(None if undecided else False, VerifyMethod.STRUCTURAL, reason)
 
     # -- scalars ----------------------------------------------------------------
@@ -272,7 +292,9 @@ class _Comparer:
         self, pred: Node, gold: Node, p_val: Fraction | None, g_val: Fraction | None
     ) -> Outcome:
         if not self.approximate:
-            same = float_noise_match(pred, p_val, g_val)
+            if gold_rounding_match(pred, gold, p_val, g_val):
+                return Outcome(True, VerifyMethod.NUMERIC, GOLD_ROUNDED)
+            same = float_noise_match(pred, gold, p_val, g_val)
             reason = "float noise of the exact value" if same else "different values"
             return Outcome(same, VerifyMethod.NUMERIC, reason)
         same = rounded_match(pred, gold, p_val, g_val, rel_tol=self.rel_tol)
