@@ -59,6 +59,7 @@ _ANSWER_HEADING = re.compile(r"[\s>*#_]*final\s+answer[\s*_:：]*", re.IGNORECAS
 _GSM8K_LINE = re.compile(
     r"[ \t]*(?:A[ \t]*:|####(?!#)(?=[ \t]*[-+$\\.\d(|]))[ \t]*(?P<rest>.+)", re.DOTALL
 )
+_INLINE_MARKERS = ("final answer:", "the answer:")
 _NEXT_LINE = re.compile(r"\s*(\S[^\n]*)")
 # Letter runs allowed in a bare answer; any other run of two or more letters that is
 # not a LaTeX command (`\\frac`) marks the text as prose.
@@ -148,12 +149,14 @@ def _gsm8k_last_line(text: str) -> tuple[str, int] | None:
 def _inline_final_answer(line: str, line_start: int) -> tuple[str | None, int]:
     """`... so it is 10,455. Final Answer: The final answer is $10,455$.` in a line.
 
-    Only the distinctive `Final Answer:` counts mid-line; returns its offset.
+    Only the distinctive `Final Answer:` and `the answer:` count mid-line (a marker
+    is one wherever it stands); returns its offset.
     """
-    pos = line.lower().rfind("final answer:")
+    lowered = line.lower()
+    pos, marker = max((lowered.rfind(marker), marker) for marker in _INLINE_MARKERS)
     if pos < 0:
         return None, line_start
-    rest = line[pos + len("final answer:") :].strip(" *_")
+    rest = line[pos + len(marker) :].strip(" *_")
     return _line_content(rest), line_start + pos
 
 
