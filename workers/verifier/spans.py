@@ -59,6 +59,7 @@ SPECIAL_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>")
 _STRAY_CLOSERS = (*SPECIAL_TOKENS, "</think>", "</answer>", "<")
 # Stray closers stripped from the end of a response before giving up.
 MAX_STRAY_CLOSERS = 16
+MAX_STRAY_TAIL_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +218,8 @@ def strip_stray_closers(text: str) -> str:
 
     An `</answer>` that closes an `<answer>` stays (it is the tag's own end).
     """
+    if not text[-MAX_STRAY_TAIL_CHARS:].rstrip().endswith((">", "<")):
+        return text  # the common case, without copying a long response
     body = text.rstrip()
     for _ in range(MAX_STRAY_CLOSERS):
         token = next((t for t in _STRAY_CLOSERS if body.endswith(t)), None)
