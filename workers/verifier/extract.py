@@ -4,8 +4,10 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
 
 1. Text after an end-of-turn token (`<|im_end|>`, `<|im_start|>`...) is dropped, and
    so is a run-on into a new turn (``User:`` after an ``</answer>``; then
-   ``format_valid`` is false). More than `MAX_RUN_ON_CHARS` of text after the final
-   box or tag also makes ``format_valid`` false (the answer stands).
+   ``format_valid`` is false). Stray closers trailing the response (``</think>``
+   or ``</answer>`` closing nothing, end tokens, a lone ``<``) are dropped before
+   any search (`spans.strip_stray_closers`). More than `MAX_RUN_ON_CHARS` of text
+   after the final box or tag also makes ``format_valid`` false (the answer stands).
    ``<think>``: only the text after the last ``</think>`` is searched. If nothing
    follows it, or the ``<think>`` is never closed, the whole text is searched and
    ``format_valid`` is false (the answer sits inside the reasoning).
@@ -20,8 +22,10 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
      ``<answer>``): its content is searched with these same rules; a box inside it
      is reported as ``boxed``, anything else as ``answer_tag``;
    - an ``Answer: x`` line (``ANSWER:``, ``**Answer:**``, ``Final Answer:``, a
-     ``Final Answer`` heading over the answer, ``Final Answer:`` mid-line) or a
-     GSM8K ``A: 18`` or ``#### 18`` last line.
+     ``Final Answer`` heading over the answer, ``Final Answer:`` or ``the answer:``
+     mid-line; a heading or line whose sentence ends in a colon is answered by the
+     display math right below it) or a GSM8K ``A: 18`` last line or ``#### 18``
+     anywhere on the last line (a ``####`` is never a label).
    A "the answer is X" phrase after the tag or line restates it and wins. Prose in
    any of these spans is read by the sentence policy (`sentences`) when parsed.
 3. Fallbacks, ``format_valid`` false: "the final answer is X" / "the answer is X" /
@@ -30,12 +34,15 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
    short expression (``x+1``), the final sentence's asserted value, the last
    ```` ```output ```` block, and the last number not glued to a word and not a label
    (``#3``, ``Step 2``). A response that ends in 300+ characters without a digit
-   committed to no number: the last three give nothing there.
+   committed to no number: the last three give nothing there; nor do any of
+   these unmarked finders when the text stops mid-sentence on a function word or a
+   comma (``... multiply this by the number of``): a truncated output.
    Full-width digits (``１２３``) are read as ASCII digits by the fallbacks.
 
 `extract_gold` reads ``#### 18``, then boxes (the last one, or all of them joined
 when the gold is only a list of boxes), then answer lines and phrases, then the
-whole gold.
+whole gold (``any text=12`` naming its value before a final ``=`` gives ``12``).
+`bare_answer_text` prepares an already-extracted answer the same way.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ so "... 14 loaves. The answer is: 10" gives 10. Policy, on the last sentence hol
 value (questions skipped):
 
 1. A negated or hedged sentence (`not`, `never`, `maybe`, `excluded`, `about`, `any`,
-   ...) gives no answer, nor
+   ...; "neither pens nor pencils", holding no value, is a description, not a
+   denial) gives no answer, nor
    does one that ends in the middle of an expression (`... to get 8 + )`).
 2. Values are numbers (`14`, `$2,100`, `-3.5`, `3/4`, `35%`), number words (`five`,
    `twenty-one`; not "one", mostly an article: "one pack of gum") and math spans
@@ -15,8 +16,15 @@ value (questions skipped):
    values: `#3`, `week 3`, `Step 2`, `3rd`, `10-year-old`, `the first two weeks`,
    `more than 16`, and a number word after a determiner (`the two farms`). Remarks are
    dropped first: a parenthetical holding words and a `because`/`since` clause.
-3. One value: that value (units and words around it are dropped: `The bakery sold 14
-   loaves.` gives 14).
+   A digit glued to a word (`11’Brien`, `4abc`) is no value; a glued unit (`16cm`)
+   leaves one.
+3. A true arithmetic chain anywhere in the sentence asserts its final side when
+   that side is the sentence's last written number, whatever else the sentence
+   holds (`reread 24 - 20 = 4 books to have two books a month` gives 4; units
+   inside the chain are dropped: `2 pounds/bag * 8 bags = 16 pounds` gives 16; see
+   `chains`). Otherwise one value: that value (units and words around it are
+   dropped: `The bakery sold 14 loaves.` gives 14); one value said again in words
+   (`47 (the cat catches 47 animals`) is that one value.
 4. Several: the one value after the last `=`, `\\approx` or copula (`is`, `are`, `was`,
    `were`, `be`, `equals`, `gives`, `makes`, `totals`): `20 + 5 = 25 shells` gives 25,
    `The cost for the 36-minute call would be $8.00` gives 8.00. Two or more values
