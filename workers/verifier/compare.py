@@ -334,14 +334,17 @@ def _readings(node: Node, other: Node) -> list[Node]:
 def _has_degrees(node: Node) -> bool:
     if node.kind == "mul" and node.text == DEGREES:
         return True
-    return node.kind not in _ORDERED | _UNORDERED and any(map(_has_degrees, node.kids))
+    if node.kind in _ORDERED | _UNORDERED or node.kind == "fn":
+        return False  # parts are read one by one; a trig argument stays radians
+    return any(map(_has_degrees, node.kids))
 
 
 def _without_degrees(node: Node) -> Node:
-    """`node` with every angle in degrees read as its number (`180^\\circ - x`)."""
+    """`node` with every angle in degrees read as its number (`180^\\circ - x`);
+    inside a function (`\\sin 30^\\circ`) a degree stays pi/180."""
     if node.kind == "mul" and node.text == DEGREES:
         return node.kids[0]
-    if not node.kids:
+    if not node.kids or node.kind == "fn":
         return node
     kids = tuple(_without_degrees(kid) for kid in node.kids)
     return Node(node.kind, kids, text=node.text, value=node.value)

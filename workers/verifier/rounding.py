@@ -5,7 +5,7 @@ float noise: a predicted decimal with at least `FLOAT_DIGITS` significant digits
 program prints for a binary float, ``2.0000000000000004``, ``0.3333333333333333``,
 ``0.8660254037844386``) matches the gold's value, rational or not, within a relative
 `FLOAT_NOISE` (``0.333`` for 1/3 and ``3.14`` for pi are wrong); and a rounded *gold*
-(r6): when the gold is a decimal showing enough digits (``3.33333333``,
+(r6): when the gold is a decimal showing 3+ decimals (``3.33333333``, ``0.577``,
 ``2.314814814815 \\times 10^{-3}``), an exact answer that rounds to it at the gold's
 own precision is right (``\\frac{10}{3}``, ``\\frac{1}{432}``; see
 `gold_rounding_match`), never a coarser decimal answer (``3.3``).
@@ -43,6 +43,8 @@ MIN_SIGNIFICANT = 3
 # ... or this many significant digits with at least `MIN_PLACES` decimals.
 MIN_SIGNIFICANT_AT_PLACES = 2
 MIN_PLACES = 2
+# A decimal gold read as a rounding shows at least this many digits after its point.
+MIN_GOLD_PLACES = 3
 
 
 def rounded_match(
@@ -108,7 +110,10 @@ def gold_rounding_match(
     """Whether the exact `pred` rounds to the decimal gold at the gold's precision.
 
     The gold is a written decimal (``3.33333333``) or one in scientific notation
-    (``2.314814814815 \\times 10^{-3}``) showing enough digits (`_fine_enough`);
+    (``2.314814814815 \\times 10^{-3}``) showing at least `MIN_SIGNIFICANT`
+    significant digits and `MIN_GOLD_PLACES` digits after its point (a short gold
+    such as ``12.5`` or ``0.33`` is as likely exact as rounded: ``\\sqrt{156}``
+    is not ``12.5``);
     the answer is exact, not a decimal, with no finite decimal expansion (as in the
     rounded policy: ``\\frac{1}{8}`` must equal its gold). A fraction p/q counts
     only when the gold shows more significant digits than q has: a gold as long as
@@ -119,9 +124,9 @@ def gold_rounding_match(
     written = _written_decimal(gold)
     if written is None or decimal_places(pred) is not None or _is_scientific(pred):
         return False
-    shown, exponent, significant = written
-    if not _fine_enough(significant, max(exponent, 0)):
-        return False
+    shown, exponent, significant, places = written
+    if significant < MIN_SIGNIFICANT or places < MIN_GOLD_PLACES:
+        return False  # `12.5`, `0.33`: as likely an exact value as a rounding
     if p_val is not None and (
         _terminates(p_val) or p_val.denominator >= 10 ** (significant - 1)
     ):
@@ -132,9 +137,10 @@ def gold_rounding_match(
     return bool(abs(exact - shown) * 2 * Fraction(10) ** exponent <= 1)
 
 
-def _written_decimal(node: Node) -> tuple[Fraction, int, int] | None:
-    """(value, decimal exponent of its last digit, significant digits) of a written
-    decimal or a decimal times a power of ten; None otherwise."""
+def _written_decimal(node: Node) -> tuple[Fraction, int, int, int] | None:
+    """(value, decimal exponent of its last digit, significant digits, digits after
+    the point as written) of a written decimal or a decimal times a power of ten;
+    None otherwise."""
     sign = 1
     if node.kind == "neg":
         node, sign = node.kids[0], -1
@@ -151,7 +157,7 @@ def _written_decimal(node: Node) -> tuple[Fraction, int, int] | None:
     if places is None or node.value is None:
         return None
     value = sign * node.value * Fraction(10) ** scale
-    return value, places - scale, _significant_digits(node)
+    return value, places - scale, _significant_digits(node), places
 
 
 def _is_scientific(node: Node) -> bool:

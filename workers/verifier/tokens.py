@@ -38,10 +38,9 @@ _COMMANDS = FUNCTIONS | {
 _UNITS_TWO = frozenset(
     {"cm", "mm", "km", "kg", "mg", "ft", "yd", "mi", "hr", "ml", "pt"}
 )
-# Two-letter English words, never a product of two variables (`80% of the girls`).
-_WORDS_TWO = frozenset(
-    {"or", "in", "pi", "is", "be", "of", "to", "at", "on", "by", "as", "an", "if"}
-)
+# Two-letter English words, never a product of two variables (`80% of the girls`;
+# not `at`, `an`, `by`...: `\frac12 at^2` is a product).
+_WORDS_TWO = frozenset({"or", "in", "pi", "is", "be", "of", "to"})
 _RE_TOKEN = re.compile(
     r"(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+(?![a-zA-Z]))?|\.\d+)"
     r"|(?P<cmd>\\(?:[a-zA-Z]+|[{}|]))"

@@ -171,6 +171,8 @@ def test_compare_rounded_decimal_policy_under_approximate(
         (r"\frac{1}{432}", r"2.314814814815 \times 10^{-3}", True),
         (r"\frac{1}{431}", r"2.314814814815 \times 10^{-3}", False),
         (r"\frac{10}{3}", "3.3", False),  # too coarse a gold to read as a rounding
+        (r"\sqrt2", "1.41", False),  # two decimals: maybe exact, not read as rounded
+        (r"\sqrt2", "1.414", True),
         (r"\frac18", "0.13", False),  # a terminating value must equal its gold
         (r"0.\overline{35625}", ".35625", False),  # a different number
         ("0.125", r"\frac18", True),

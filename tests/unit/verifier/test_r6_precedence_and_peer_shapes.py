@@ -94,7 +94,7 @@ ANSWERS: list[tuple[str, str, str, Status]] = [
      r"A = \frac{1}{4-\omega^2}, \quad \text{for } \omega \ne 2",
      r"\frac{1}{4-\omega^2}", OK),
     ("piecewise-keeps-branches", r"5 \text{ if } n \text{ odd}, 6 \text{ otherwise}",
-     "5", UNS),
+     "5", NO),
     # 8. compound units, ordinals
     ("unit-per-second-squared", r"6 \times 10^{-3} \text{ m/s²}", "0.006", OK),
     ("unit-per-second-squared-wrong", r"6 \times 10^{-3} \text{ m/s²}", "0.06", NO),
@@ -147,6 +147,9 @@ ANSWERS: list[tuple[str, str, str, Status]] = [
     ("gold-rounded-chain-decimal", "0.577", r"\frac{\sqrt3}{3} \approx 0.577", OK),
     ("gold-rounded-chain-wrong", r"\frac{\sqrt2}{3}", r"\frac{\sqrt3}{3} \approx 0.577",
      NO),
+    ("gold-short-decimal", r"\frac{1}{3}", "0.33", NO),
+    ("physics-product-kept", r"\frac{1}{2}at^2", r"\frac{1}{2}", NO),
+    ("degree-inside-trig", r"\sin 30^\circ", r"\sin 30", NO),
     ("strict-pi", "3.14", r"\pi", NO),
     ("strict-third", "0.333", r"\frac{1}{3}", NO),
     # hard equivalences: degrees and radians, inverse trig, set-builder, renamed

@@ -424,8 +424,10 @@ POLICIES: list[Row] = [
     # rounding.py, strict default: exact values only, float noise aside
     ("pi-hundredths-strict", "3.14", r"\pi", NO),
     # r6: a rounded gold accepts the exact value that rounds to it (issue 37)
-    ("rounded-gold-strict", r"\frac{1}{3}", "0.33", OK),
-    ("rounded-gold-other-value", r"\frac{1}{3}", "0.34", NO),
+    ("rounded-gold-strict", r"\frac{1}{3}", "0.333", OK),
+    ("rounded-gold-other-value", r"\frac{1}{3}", "0.334", NO),
+    ("rounded-gold-too-short", r"\frac{1}{3}", "0.33", NO),  # exact or rounded?
+    ("rounded-gold-short-irrational", r"\sqrt{156}", "12.5", NO),
     ("float-for-irrational", "1.4142135623730951", r"\sqrt2", OK),
     ("float-noise", "0.30000000000000004", "0.3", OK),
     ("float-noise-third", "0.3333333333333333", r"\frac13", OK),
