@@ -121,6 +121,10 @@ ANSWERS: list[tuple[str, str, str, Status]] = [
     ("mixed-number-gold", "3128.5", "3128 1/2", OK),
     ("mixed-number-small-gold", "1.5", "1 1/2", OK),
     ("mixed-number-sum", r"\frac{3}{2}", "1 1/2", OK),
+    ("mixed-number-in-sum", "3127 + 1 1/2", "3128.5", OK),
+    ("mixed-number-in-sum-near-miss", "3127 + 1 1/3", "3128.5", NO),
+    ("mixed-number-with-unit", "2 1/2 cups", "2.5", OK),
+    ("mixed-number-improper", "2 3/2", "3.5", UNS),
     ("mixed-number-near-miss", "3128 1/3", "3128.5", NO),
     ("mixed-number-near-miss-gold", "3128.5", "3128 1/3", NO),
     # clock times
