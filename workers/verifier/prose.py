@@ -157,7 +157,17 @@ def _inline_final_answer(line: str, line_start: int) -> tuple[str | None, int]:
     if pos < 0:
         return None, line_start
     rest = line[pos + len(marker) :].strip(" *_")
+    if marker == "the answer:" and not _states_answer(rest):
+        return None, line_start  # `let me check the answer: is 5 right? ...`
     return _line_content(rest), line_start + pos
+
+
+def _states_answer(rest: str) -> bool:
+    """Whether text after a mid-line `the answer:` states one (a value or a sentence
+    starting with a capital), rather than going on with a question or a clause."""
+    if not rest or rest[0].islower():
+        return False
+    return not first_sentence(rest).rstrip().endswith("?")
 
 
 def _read_answer_line(text: str, line: str, line_end: int) -> str | None:

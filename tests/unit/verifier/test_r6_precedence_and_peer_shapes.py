@@ -37,6 +37,8 @@ RESPONSES: list[tuple[str, str, str, Status]] = [
     ("answer-line-stray-tags-wrong", "Answer: 270 tissues\n </answer>", "27", NO),
     ("the-answer-mid-line", "...so, the answer: Nadine spends 55 minutes cleaning.",
      "55", OK),
+    ("the-answer-then-question", "Let me check the answer: is 5 correct? Yes, it "
+     "is 6.", "5", NO),
     ("end-token-after-box", "so \\boxed{42}<|im_end|>\nUser: next", "42", OK),
     # 3. sentence rules: one value said twice, true chains, units in chains, percent
     ("value-said-twice", "<answer> 47 (the cat catches 47 animals. </answer>",
