@@ -126,6 +126,7 @@ _GLUED_UNITS = frozenset(
 )  # fmt: skip
 _ORDINAL = re.compile(r"(?:st|nd|rd|th)\b", re.IGNORECASE)
 _LETTERS = re.compile(r"[A-Za-z]+")
+_ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,24 +257,33 @@ def _value_text(sentence: str, match: re.Match[str]) -> str | None:
         body = inner[1:-1] if inner.startswith("$") else inner[2:-2]
         has_value = any(c.isdigit() for c in body) or "\\" in body
         return body.strip() if has_value and body.strip() else None
-    if _is_label(sentence, match.start(), match.end()) or _glued(sentence, match):
+    if _is_label(sentence, match.start(), match.end()):
         return None
     if match.group("word") is not None:
         return _word_value(sentence, match)
+    glued = _glued(sentence, match)
+    if glued:
+        return glued
     text = match.group("num").replace("$", "").replace("−", "-").rstrip(",")
     return text or None
 
 
-def _glued(sentence: str, match: re.Match[str]) -> bool:
-    """A number glued to a word (`11’Brien`, `4abc`) is part of a name, not a value;
-    a unit glued to it (`16cm`) is not."""
+def _glued(sentence: str, match: re.Match[str]) -> str:
+    """A number glued to a word (`11’Brien`, `8r`) as the whole token: a name or a
+    term, never the bare number (it still counts as a value, so `3r - 21 = 12 - 8r`
+    asserts none); "" when nothing or a unit (`16cm`) is glued to it."""
     end = match.end()
     if match.group("num") is None or end >= len(sentence):
-        return False
+        return ""
     if sentence[end] in "’'" and sentence[end + 1 : end + 2].isalpha():
-        return True
+        end += 1
+    elif sentence[end] not in _ASCII_LETTERS:
+        return ""
     letters = _LETTERS.match(sentence, end)
-    return letters is not None and letters.group().lower() not in _GLUED_UNITS
+    unit = letters is not None and letters.group().lower() in _GLUED_UNITS
+    if letters is None or (unit and end == match.end()):
+        return ""
+    return sentence[match.start() : letters.end()]
 
 
 def is_prose(span: str) -> bool:

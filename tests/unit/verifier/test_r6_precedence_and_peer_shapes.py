@@ -62,6 +62,8 @@ RESPONSES: list[tuple[str, str, str, Status]] = [
     # 4. a digit glued to letters is no number
     ("glued-apostrophe-name", "<answer> <Z/A> 11’Brien cows. </answer>", "11", UNS),
     ("glued-unit-kept", "<answer> The rope is 16cm long. </answer>", "16", OK),
+    ("glued-terms-assert-nothing", "<answer> We get 2x + 3 = 12 - 4y </answer>",
+     "12", UNS),
     # 6. a Final Answer heading, a sentence ending in a colon, display math below
     ("final-answer-display", FINAL_ANSWER_SECTION, "x(t) = c_1 e^t + c_2 e^{-t}", OK),
     ("final-answer-display-wrong", FINAL_ANSWER_SECTION, "x(t) = c_1 e^t", NO),
