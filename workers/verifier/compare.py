@@ -9,10 +9,16 @@ Policies:
     ``%`` matches the other side under either reading, so ``25%`` matches gold ``25``,
     ``0.25`` and ``1/4``, and ``25`` or ``0.25`` match gold ``25%``. Without a ``%``
     on either side, ``25`` and ``0.25`` are different numbers.
-    Rounded decimals: strict by default (float noise aside); rounding tolerance only
-    with ``approximate``. See `workers.verifier.rounding`.
+    Rounded decimals: strict by default (float noise aside, and an exact answer that
+    rounds to a decimal gold showing 3+ decimals); rounding tolerance only with
+    ``approximate``. See `workers.verifier.rounding`. A gold written as a true
+    closed chain (``\\frac{\\sqrt3}{3} \\approx 0.577``) accepts any side it asserts.
     Labels: ``x = 5`` answers gold ``5`` (and gold ``x = 5`` accepts ``5``) only when
     the left side names a quantity; ``3 = 3`` is a relation and matches no value.
+    An answer's left side may also be a function of a label or a sum of labels
+    (``\\tan A = 2``, ``a + b + c = 20``); a gold's may not (``x + y = 5`` is a line).
+    One function under two names (``y = 2x + 3``, ``f(x) = 2x + 3``; ``f(z) = z``,
+    ``f(x) = x``) compares right sides (see `relations`).
     Assignments repeating their labels in one order (``p=5,q=2;p=7,q=2``) answer
     the list of tuples ``(5,2),(7,2)``.
     Collections: tuples are ordered; sets and bare comma lists are unordered. A
