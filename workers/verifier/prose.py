@@ -80,10 +80,12 @@ _NAMED_DENIAL = re.compile(
 )
 # A text ending in one of these stops mid-sentence (see `cut_mid_sentence`).
 _DANGLING_CHARS = frozenset(",(")
+# (Not `for`, `with`, `to`, `that`...: "which is what we were looking for" is a
+# whole sentence.)
 _FUNCTION_WORDS = frozenset(
-    {"the", "a", "an", "of", "to", "by", "and", "or", "with", "for", "from", "into",
-     "as", "is", "are", "was", "were", "be", "that", "which", "we", "then", "than",
-     "if", "but", "because", "since", "per", "each", "its", "their", "our", "this"}
+    {"the", "a", "an", "of", "and", "or", "is", "are", "was", "were", "which", "we",
+     "then", "than", "if", "but", "because", "since", "per", "each", "its", "their",
+     "our"}
 )  # fmt: skip
 _LAST_WORD = re.compile(r"(?<![A-Za-z\\])[A-Za-z]+\Z")
 _BARE_WORDS = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi"})

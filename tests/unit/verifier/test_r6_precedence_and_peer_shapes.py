@@ -75,6 +75,8 @@ RESPONSES: list[tuple[str, str, str, Status]] = [
     ("neither-value-nor", "<answer> It is neither 3 nor 4. </answer>", "3", UNS),
     # 9. truncated outputs stay not correct
     ("truncated-mid-sentence", TRUNCATED, "7", NONE),
+    ("whole-sentence-ending-in-for", "So the total is 42, which is what we were "
+     "looking for", "42", OK),
     ("truncated-box", "The answer is \\boxed{7", "7", UNS),
     # program-aided: the last ```output block when the closing sentence asserts none
     ("output-block", "```python\nprint(3.0)\n```\n```output\n3.0\n```\n"
