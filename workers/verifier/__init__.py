@@ -7,6 +7,27 @@ Pipeline: `extract` (find the answer span) -> `pipeline` (bounds, `normalize`,
 `tokens`, `parse`; prose through `sentences`) -> `decide` -> `compare` (with
 `relations`, `structures`, `rounding`, `values`, `symbolic`).
 
+Answer precedence (r6), one order wherever an answer is looked for (`extract`):
+0. Clean-up first: text after an end token (`<|im_end|>`, `</s>`, `<|endoftext|>`,
+   `<|eot_id|>`) or a run-on turn (`User:` after `</answer>`) is cut; stray closers
+   trailing the response (`</think>`, an `</answer>` with no `<answer>`, a lone `<`)
+   are dropped; `<think>` reasoning is skipped when text follows its close.
+1. Explicit markers, read wherever they stand on a line: the last `\\boxed{}`,
+   `<answer>` tags, `####` (GSM8K's marker: never a label like `#3`), `Answer:` /
+   `Final answer:` / `the answer:` lines and headings (a heading whose sentence ends
+   in a colon is answered by the display math below it), then "the answer is X".
+   A later marker beats an earlier box; a phrase after a tag or line restates it.
+2. Sentence reading of an unmarked ending (`sentences`: one value, one value said
+   twice, a true chain's final side, the value after the last `=`/copula); for a
+   program-aided output, the last ```` ```output ```` block when the closing
+   sentence asserts no single value.
+3. The last number (never a label, never glued to a word). A text that stops
+   mid-sentence (cut at the token limit) or trails off into number-free prose has
+   committed to nothing: 2 and 3 give no answer there.
+A marker's own span is read by the same sentence policy when it is prose.
+`grade_answer` (an already-extracted answer) and golds get step 0 too, and an
+extracted answer still wrapped in `\\boxed{}` is opened.
+
 Adding an answer type (a new `Node` kind):
 1. Add the kind to `nodes.NodeKind` (mypy then checks every `Node(...)` and every
    `node.kind == ...`; `test_node_kinds` checks the sets compared against `.kind`).
@@ -38,7 +59,7 @@ from workers.models import (
     exact_gold_text,
 )
 from workers.verifier.decide import decide_parsed
-from workers.verifier.extract import extract_answer
+from workers.verifier.extract import bare_answer_text, extract_answer
 from workers.verifier.pipeline import Parsed, parse_answer, parse_gold
 from workers.verifier.version import GRADER_VERSION
 
@@ -265,7 +286,7 @@ def grade_answer(
     Returns:
         The verdict; an empty answer is ``no_answer``.
     """
-    text = answer.strip()
+    text = bare_answer_text(answer) if answer.strip() else ""
     reason = "" if text else "empty answer"
     method = ExtractionMethod.BOXED if text else ExtractionMethod.NONE
     try:

@@ -9,10 +9,16 @@ Policies:
     ``%`` matches the other side under either reading, so ``25%`` matches gold ``25``,
     ``0.25`` and ``1/4``, and ``25`` or ``0.25`` match gold ``25%``. Without a ``%``
     on either side, ``25`` and ``0.25`` are different numbers.
-    Rounded decimals: strict by default (float noise aside); rounding tolerance only
-    with ``approximate``. See `workers.verifier.rounding`.
+    Rounded decimals: strict by default (float noise aside, and an exact answer that
+    rounds to a decimal gold showing 3+ decimals); rounding tolerance only with
+    ``approximate``. See `workers.verifier.rounding`. A gold written as a true
+    closed chain (``\\frac{\\sqrt3}{3} \\approx 0.577``) accepts any side it asserts.
     Labels: ``x = 5`` answers gold ``5`` (and gold ``x = 5`` accepts ``5``) only when
     the left side names a quantity; ``3 = 3`` is a relation and matches no value.
+    An answer's left side may also be a function of a label or a sum of labels
+    (``\\tan A = 2``, ``a + b + c = 20``); a gold's may not (``x + y = 5`` is a line).
+    One function under two names (``y = 2x + 3``, ``f(x) = 2x + 3``; ``f(z) = z``,
+    ``f(x) = x``) compares right sides (see `relations`).
     Assignments repeating their labels in one order (``p=5,q=2;p=7,q=2``) answer
     the list of tuples ``(5,2),(7,2)``.
     Collections: tuples are ordered; sets and bare comma lists are unordered. A
@@ -25,6 +31,9 @@ Policies:
     Decimal comma: a bare ``2,74`` (no space, not a thousands group; ``0,111`` is
     never 111) is a list of two numbers or the decimal 2.74; against a single value
     either reading may match, against a collection only the list reading counts.
+    Degrees: an angle written in degrees (``30^\\circ``) has two readings, its number
+    (gold ``30``) and its radians (gold ``\\frac{\\pi}{6}``); ``150^\\circ`` is not
+    ``\\frac{\\pi}{6}``, and a bare ``\\frac{\\pi}{6}`` answers gold ``30^\\circ``.
     Choices and text: one capital letter is a choice (``B`` = ``(B)`` = ``\text{(B)}``);
     text answers compare case-insensitively word by word.
 """
@@ -36,7 +45,12 @@ from fractions import Fraction
 from workers.models import VerifyMethod
 from workers.verifier.nodes import Node, Refused, num, render
 from workers.verifier.outcome import Outcome
-from workers.verifier.rounding import float_noise_match, rounded_match
+from workers.verifier.parse_atoms import DEGREES
+from workers.verifier.rounding import (
+    float_noise_match,
+    gold_rounding_match,
+    rounded_match,
+)
 from workers.verifier.structures import (
     MAX_PARTS,
     as_interval,
@@ -55,6 +69,7 @@ __all__ = ["Outcome", "compare"]
 _ORDERED = frozenset({"pair", "tuple"})
 _UNORDERED = frozenset({"set", "list"})
 _INTERVALS = frozenset({"interval", "union"})
+GOLD_ROUNDED = "the exact answer rounds to the decimal gold at its precision"
 
 
 def compare(
@@ -98,7 +113,7 @@ class _Comparer:
     def run(self, pred: Node, gold: Node) -> Outcome:
         pred, gold = _unwrap_membership(pred), _unwrap_membership(gold)
         if not _has_relation(gold):
-            pred = strip_label(regroup_assignments(pred))
+            pred = strip_label(regroup_assignments(pred), answer=True)
         if not _has_relation(pred):
             gold = strip_label(regroup_assignments(gold))
         return self.any_form(pred, gold)
@@ -232,6 +247,9 @@ class _Comparer:
                 return Outcome(False, VerifyMethod.STRUCTURAL, answers)
             if answers is not None:
                 return self.chain_answer(answers, gold)
+            golds = closed_chain_answers(gold) if gold.kind == "rel" else None
+            if isinstance(golds, tuple):  # `\\frac{\\sqrt3}{3} \\approx 0.577`
+                return self.chain_gold(pred, golds)
             return Outcome(False, VerifyMethod.STRUCTURAL, "relation against value")
         return compare_relations(pred, gold, self.any_form)
 
@@ -246,6 +264,18 @@ class _Comparer:
                 )
             undecided = undecided or out.same is None
         reason = "" if undecided else "final side of the chain differs"
+        return Outcome(None if undecided else False, VerifyMethod.STRUCTURAL, reason)
+
+    def chain_gold(self, pred: Node, golds: tuple[Node, ...]) -> Outcome:
+        """A gold written as a true closed chain (`\\frac{\\sqrt3}{3} \\approx
+        0.577`): the answer may be its final side or its exact side."""
+        undecided = False
+        for gold in golds:
+            out = self.any_form(pred, gold)
+            if out.same:
+                return Outcome(True, out.method, "a side the gold's chain asserts")
+            undecided = undecided or out.same is None
+        reason = "" if undecided else "no side of the gold's chain"
         return Outcome(None if undecided else False, VerifyMethod.STRUCTURAL, reason)
 
     # -- scalars ----------------------------------------------------------------
@@ -268,7 +298,9 @@ class _Comparer:
         self, pred: Node, gold: Node, p_val: Fraction | None, g_val: Fraction | None
     ) -> Outcome:
         if not self.approximate:
-            same = float_noise_match(pred, p_val, g_val)
+            if gold_rounding_match(pred, gold, p_val, g_val):
+                return Outcome(True, VerifyMethod.NUMERIC, GOLD_ROUNDED)
+            same = float_noise_match(pred, gold, p_val, g_val)
             reason = "float noise of the exact value" if same else "different values"
             return Outcome(same, VerifyMethod.NUMERIC, reason)
         same = rounded_match(pred, gold, p_val, g_val, rel_tol=self.rel_tol)
@@ -295,10 +327,33 @@ def _is_plain_number(node: Node) -> bool:
 def _readings(node: Node, other: Node) -> list[Node]:
     if node.kind == "pct":
         return [node, node.kids[0]]
+    if node.kind == "mul" and node.text == DEGREES:
+        return [node.kids[0], node]  # 30 degrees: the number 30, or pi/6 radians
+    if _has_degrees(node):
+        return [_without_degrees(node), node]
     if node.text.startswith("comma:") and not _is_structure(other):
         return [node, _decimal(node.text.removeprefix("comma:"))]
     expanded = expand_pm(node)
     return [node] if expanded is None else [expanded]
+
+
+def _has_degrees(node: Node) -> bool:
+    if node.kind == "mul" and node.text == DEGREES:
+        return True
+    if node.kind in _ORDERED | _UNORDERED or node.kind == "fn":
+        return False  # parts are read one by one; a trig argument stays radians
+    return any(map(_has_degrees, node.kids))
+
+
+def _without_degrees(node: Node) -> Node:
+    """`node` with every angle in degrees read as its number (`180^\\circ - x`);
+    inside a function (`\\sin 30^\\circ`) a degree stays pi/180."""
+    if node.kind == "mul" and node.text == DEGREES:
+        return node.kids[0]
+    if not node.kids or node.kind == "fn":
+        return node
+    kids = tuple(_without_degrees(kid) for kid in node.kids)
+    return Node(node.kind, kids, text=node.text, value=node.value)
 
 
 def _decimal(literal: str) -> Node:

@@ -4,8 +4,10 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
 
 1. Text after an end-of-turn token (`<|im_end|>`, `<|im_start|>`...) is dropped, and
    so is a run-on into a new turn (``User:`` after an ``</answer>``; then
-   ``format_valid`` is false). More than `MAX_RUN_ON_CHARS` of text after the final
-   box or tag also makes ``format_valid`` false (the answer stands).
+   ``format_valid`` is false). Stray closers trailing the response (``</think>``
+   or ``</answer>`` closing nothing, end tokens, a lone ``<``) are dropped before
+   any search (`spans.strip_stray_closers`). More than `MAX_RUN_ON_CHARS` of text
+   after the final box or tag also makes ``format_valid`` false (the answer stands).
    ``<think>``: only the text after the last ``</think>`` is searched. If nothing
    follows it, or the ``<think>`` is never closed, the whole text is searched and
    ``format_valid`` is false (the answer sits inside the reasoning).
@@ -20,8 +22,10 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
      ``<answer>``): its content is searched with these same rules; a box inside it
      is reported as ``boxed``, anything else as ``answer_tag``;
    - an ``Answer: x`` line (``ANSWER:``, ``**Answer:**``, ``Final Answer:``, a
-     ``Final Answer`` heading over the answer, ``Final Answer:`` mid-line) or a
-     GSM8K ``A: 18`` or ``#### 18`` last line.
+     ``Final Answer`` heading over the answer, ``Final Answer:`` or ``the answer:``
+     mid-line; a heading or line whose sentence ends in a colon is answered by the
+     display math right below it) or a GSM8K ``A: 18`` last line or ``#### 18``
+     anywhere on the last line (a ``####`` is never a label).
    A "the answer is X" phrase after the tag or line restates it and wins. Prose in
    any of these spans is read by the sentence policy (`sentences`) when parsed.
 3. Fallbacks, ``format_valid`` false: "the final answer is X" / "the answer is X" /
@@ -30,12 +34,15 @@ Pure stdlib string work, linear in the input (see `spans` and `prose`). Policy:
    short expression (``x+1``), the final sentence's asserted value, the last
    ```` ```output ```` block, and the last number not glued to a word and not a label
    (``#3``, ``Step 2``). A response that ends in 300+ characters without a digit
-   committed to no number: the last three give nothing there.
+   committed to no number: the last three give nothing there; nor do any of
+   these unmarked finders when the text stops mid-sentence on a function word or a
+   comma (``... multiply this by the number of``): a truncated output.
    Full-width digits (``１２３``) are read as ASCII digits by the fallbacks.
 
 `extract_gold` reads ``#### 18``, then boxes (the last one, or all of them joined
 when the gold is only a list of boxes), then answer lines and phrases, then the
-whole gold.
+whole gold (``any text=12`` naming its value before a final ``=`` gives ``12``).
+`bare_answer_text` prepares an already-extracted answer the same way.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ from workers.verifier.prose import (
     MAX_BARE_ANSWER_CHARS,
     UNMARKED_FINDERS,
     answer_line,
+    cut_mid_sentence,
+    named_value,
     phrase_answer,
 )
 from workers.verifier.spans import (
@@ -58,9 +67,10 @@ from workers.verifier.spans import (
     clean,
     last_box,
     marker_name,
+    strip_stray_closers,
 )
 
-__all__ = ["Extraction", "extract_answer", "extract_gold"]
+__all__ = ["Extraction", "bare_answer_text", "extract_answer", "extract_gold"]
 
 # More text than this (not counting whitespace) after the final answer's marker is a
 # run-on (a new question, rambling): `format_valid` is then false.
@@ -134,7 +144,7 @@ def extract_gold(gold: str) -> str | None:
     solution (``#### 18`` or a final ``A: 18`` line). Returns None for an empty or
     unreadable gold.
     """
-    text = gold.strip()
+    text = strip_stray_closers(_cut_at_end_of_turn(gold)).strip()
     if not text:
         return None
     hashes = text.rfind("####")
@@ -155,12 +165,25 @@ def extract_gold(gold: str) -> str | None:
         return phrase
     if len(text) > MAX_BARE_GOLD_CHARS:
         return None
-    return clean(text)
+    bare = clean(text)
+    return named_value(bare) if bare is not None else None
+
+
+def bare_answer_text(answer: str) -> str:
+    """An already-extracted answer as the comparison should see it: end tokens and
+    stray closing tags cut, a `\\boxed{}` still around it opened, a stray trailing
+    `\\` dropped, and the value of a named one (`any text=12`)."""
+    text = strip_stray_closers(_cut_at_end_of_turn(answer))
+    box = last_box(text)
+    if box is not None and not box.problem and box.content is not None:
+        text = ", ".join(box_chain(text, box))
+    bare = clean(text)
+    return answer.strip() if bare is None else named_value(bare)
 
 
 def _final_part(response: str) -> tuple[str, str]:
     """Drop `<think>` reasoning; return the text to search and a note if unusual."""
-    response = _cut_at_end_of_turn(response)
+    response = strip_stray_closers(_cut_at_end_of_turn(response))
     run_on = _run_on_turn(response)
     if run_on >= 0:
         text, note = _final_part(response[:run_on])
@@ -170,7 +193,7 @@ def _final_part(response: str) -> tuple[str, str]:
         after = response[close + len("</think>") :]
         if clean(after):
             return after, ""
-        return response, "answer only inside <think>"
+        return response[:close], "answer only inside <think>"
     if response.find("<think>") >= 0:
         return response, "unterminated <think>"
     return response, ""
@@ -314,6 +337,8 @@ def _fallbacks(text: str) -> Extraction:
             format_valid=False,
             reason="no marker; final-answer phrase",
         )
+    if cut_mid_sentence(text):
+        return _none("no marker; the text stops mid-sentence (cut off)")
     for finder, reason in UNMARKED_FINDERS:
         answer = finder(text)
         if answer is not None:

@@ -9,6 +9,8 @@ import re
 import unicodedata
 from fractions import Fraction
 
+from workers.verifier.parse_atoms import NOT_UNITS
+
 __all__ = ["normalize"]
 
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻ⁿ", "0123456789+-n")
@@ -64,9 +66,12 @@ _RE_WRAPPER = re.compile(
     r"\\(?:text(?:normal|rm|bf|it|up)?|mbox|mathrm|mathbf|mathit|mathsf|textsf|boldsymbol"
     r"|operatorname\*?|hbox|emph)\s*(?=\{)"
 )
-_RE_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\^\s*\{\s*o\s*\}")
-# Inside a trig argument a degree is pi/180 (`\sin 30^\circ` = 1/2); elsewhere it is a
-# unit and dropped like one (`90^\circ` answers gold `90`, and never `\pi/2`).
+_RE_PRIME = re.compile(r"\^\s*\{\s*\\prime\s*\}|\^\s*\\prime|\\prime")
+_RE_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree|\^\s*\{\s*o\s*\}")
+_RE_BARE_CIRC = re.compile(r"\\circ")
+# A degree sign is kept as `\circ`: the parser reads `30^\circ` as an angle with two
+# readings, the number 30 and the radians pi/6 (see `compare`). A bare `\circ` (no
+# caret) is a degree only inside a trig argument; elsewhere (`f \circ g`) it is dropped.
 _RE_TRIG = re.compile(r"(?<![a-zA-Z])(?:sin|cos|tan|sec|csc|cot)(?![a-zA-Z])")
 # The real line is the interval it names (before NFKC, which folds ℝ into a plain R).
 _RE_REALS = re.compile(r"\\mathbb\s*\{\s*R\s*\}|\\mathbb\s+R(?![a-zA-Z])|ℝ")
@@ -88,6 +93,77 @@ _RE_DOUBLED = re.compile(
 _CONTROL = {"\x0c": "\\f", "\x08": "\\b", "\x07": "\\a", "\x0b": "\\v"}
 
 
+# `12^{\text{th}}`, `3^{rd}`: an ordinal mark after a number (the number is the answer).
+_RE_ORDINAL = re.compile(
+    r"(?<=\d)\s*\^\s*(?:\{\s*(?:\\text(?:rm)?\s*)?\{?\s*(?:st|nd|rd|th)\s*\}?\s*\}"
+    r"|\\text(?:rm)?\s*\{\s*(?:st|nd|rd|th)\s*\}|(?:st|nd|rd|th)(?![A-Za-z]))"
+)
+# One unit group ending the answer: `\text{ m/s^{2}}`, `\text{ kcal m}^{-2}`.
+_RE_UNIT_TAIL = re.compile(
+    r"\\(?:text|mathrm|mbox|textrm)\s*\{"
+    r"(?P<unit>\s*[A-Za-z][A-Za-z /^{}.\d⁰¹²³⁴⁵⁶⁷⁸⁹⁻-]{0,40})\}"
+    r"(?:\s*\^\s*(?:\{\s*-?\d{1,2}\s*\}|-?\d))?\s*"
+)
+_RE_UNIT_WORD = re.compile(r"[A-Za-z]+")
+_RE_DIGIT = re.compile(r"\d")
+# Words that change what a value means: never dropped as a unit.
+_NOT_UNIT_WORDS = frozenset(
+    {"or", "and", "not", "no", "more", "less", "than", "least", "most", "only", "to",
+     "of", "for", "if", "when", "where", "is", "are", "the", "times", "plus", "minus",
+     "over", "under", "about", "around", "nearly", "almost", "none", "either",
+     "neither", "nor", "otherwise", "else", "each", "all", "any", "some", "at", "in"}
+)  # fmt: skip
+MAX_UNIT_GROUPS = 4
+# `A = f(w), \quad \text{for } w \ne 2`: a condition after the value is no part of it.
+_RE_CONDITION = re.compile(
+    r"(?:[\s,;]|\\q?quad|\\[,;:!])*\\(?:text|mbox|mathrm)\s*\{\s*(?:for|if|when|where)\b",
+    re.IGNORECASE,
+)
+_RE_PIECEWISE = re.compile(r"[,;&]|\\\\|otherwise|else", re.IGNORECASE)
+
+
+def strip_units_and_conditions(text: str) -> str:
+    """Drop what follows a value without changing it: an ordinal mark (`12^{th}`),
+    unit groups ending the answer (`6 \\times 10^{-3} \\text{ m/s^2}`) and a closing
+    condition (`\\text{for } w \\ne 2`; not a piecewise answer's branches)."""
+    if "\\" not in text and "^" not in text:
+        return text
+    text = _RE_ORDINAL.sub("", text)
+    condition = _RE_CONDITION.search(text)
+    if (
+        condition is not None
+        and condition.start() > 0
+        and _RE_PIECEWISE.search(text, condition.end()) is None
+    ):
+        text = text[: condition.start()]
+    for _ in range(MAX_UNIT_GROUPS):
+        cut = _unit_tail(text)
+        if cut is None:
+            break
+        text = cut
+    return text
+
+
+def _unit_tail(text: str) -> str | None:
+    """`text` without its last unit group, or None when it does not end in one."""
+    pos = max(text.rfind("\\text"), text.rfind("\\mathrm"), text.rfind("\\mbox"))
+    if pos <= 0:
+        return None
+    match = _RE_UNIT_TAIL.fullmatch(text, pos)
+    unit = match.group("unit") if match is not None else "{"
+    if unit.count("{") != unit.count("}"):
+        return None
+    words = [word.lower() for word in _RE_UNIT_WORD.findall(unit)]
+    if words in (["e"], ["i"]) or any(
+        word in _NOT_UNIT_WORDS or word in NOT_UNITS for word in words
+    ):
+        return None  # `3\\mathrm{e}` is a constant; `12 \\text{ maybe}` a hedge
+    head = text[:pos].rstrip()
+    if not head or head[-1] not in "0123456789})" or not _RE_DIGIT.search(head):
+        return None
+    return head
+
+
 def normalize(text: str) -> str:
     """Rewrite an answer into the restricted LaTeX subset the parser reads.
 
@@ -106,6 +182,8 @@ def normalize(text: str) -> str:
     for bad, fixed in _CONTROL.items():
         s = s.replace(bad, fixed)
     s = _RE_DOUBLED.sub(r"\\", s)
+    s = strip_units_and_conditions(s)
+    s = _RE_PRIME.sub("'", s)
     s = _RE_SUPER.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", s)
     s = _RE_VULGAR.sub(lambda m: _VULGAR[m.group(0)], s)
     s = _RE_REALS.sub(r"(-\\infty,\\infty)", s)
@@ -117,7 +195,9 @@ def normalize(text: str) -> str:
     s = _RE_GROUP_COMMA.sub("", s)
     s = _RE_SPACED_COMMA.sub("", s)
     s = _RE_THIN_SPACE.sub("", s)
-    s = _RE_DEGREE.sub(r" \\circ " if _RE_TRIG.search(s) else " ", s)
+    s = _RE_DEGREE.sub("\x04", s)  # a degree sign, kept through the bare-\circ rule
+    s = _RE_BARE_CIRC.sub(r" \\circ " if _RE_TRIG.search(s) else " ", s)
+    s = s.replace("\x04", r" \circ ")
     s = s.replace("\\\\", "\x03").replace(r"\%", "%")
     s = s.replace(r"\{", "\x01").replace(r"\}", "\x02")
     s = _RE_LAYOUT.sub(" ", s)

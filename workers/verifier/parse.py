@@ -212,14 +212,32 @@ class Parser(AtomParser):
 
     def _implicit_start(self, tok: Token, left: Node) -> bool:
         if tok.kind == "num":
-            return left.kind != "num"
+            return left.kind != "num" or self._slash_fraction_ahead(left)
         if tok.kind == "cmd":
             return tok.text not in _REL_OPS and tok.text not in {
-                "cup", "pm", "mp", "end", "}", "cdot", "times", "div", "|",
+                "cup", "pm", "mp", "end", "}", "cdot", "times", "div", "|", "mid",
+                "rceil", "rfloor",
             }  # fmt: skip
         return tok.kind == "id" or (tok.text in {"(", "{"} and tok.kind == "op")
 
+    def _slash_fraction_ahead(self, left: Node) -> bool:
+        """`3127 + 1 1/2`: a whole number, then `p/q` (a mixed number)."""
+        top, slash, bottom = self.peek(), self.peek(1), self.peek(2)
+        return (
+            _is_int_literal(left)
+            and top.text.isdigit()
+            and slash == Token("op", "/")
+            and bottom.text.isdigit()
+        )
+
     def _implicit(self, left: Node) -> Node:
+        if self.peek().kind == "num" and self._slash_fraction_ahead(left):
+            top = self.atom()
+            self.advance()
+            fraction = Node("div", (top, self.postfix()))
+            if not _is_proper_fraction(fraction):
+                raise Refused("a whole number before an improper fraction")
+            return Node("add", (left, fraction))
         mixed = self.peek() == Token("cmd", "frac") and _is_int_literal(left)
         right = self.power()
         if mixed and _is_proper_fraction(right):

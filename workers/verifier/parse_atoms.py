@@ -8,13 +8,17 @@ from fractions import Fraction
 from workers.verifier.nodes import Node, Refused, num, render
 from workers.verifier.tokens import FUNCTIONS, Token
 
-__all__ = ["AtomParser"]
+__all__ = ["DEGREES", "NOT_UNITS", "AtomParser"]
 
 MAX_DEPTH = 150
 MAX_MATRIX_CELLS = 100
+MAX_SUBSCRIPT_TOKENS = 20
+MAX_PRIMES = 3
 _CALLABLE_LETTERS = frozenset("fghFGHPQ")
 _CONSTANTS = {"pi": "pi", "infty": "oo", "infin": "oo", "emptyset": "EmptySet"}
 _DEGREE = Node("div", (Node("sym", text="pi"), num(180)))
+# The text of a `mul` node that is an angle written in degrees (`30^\circ`).
+DEGREES = "deg"
 _GREEK = frozenset(
     {"alpha", "beta", "gamma", "theta", "lambda", "mu", "phi", "omega", "sigma",
      "tau", "rho", "delta", "epsilon"}
@@ -23,13 +27,17 @@ _MATRIX_ENVS = frozenset(
     {"pmatrix", "bmatrix", "matrix", "array", "vmatrix", "Bmatrix"}
 )
 # Negations, hedges and directions: never dropped like a unit after a number.
-_NOT_UNITS = frozenset(
+NOT_UNITS = frozenset(
     {"not", "no", "never", "maybe", "perhaps", "possibly", "probably", "excluded",
      "except", "excluding", "wrong", "false", "incorrect", "impossible", "undefined",
      "invalid", "none", "neither", "nor", "either", "than", "about", "around",
      "roughly", "approximately", "nearly", "almost", "over", "under", "above", "below",
      "plus", "minus", "unknown", "cannot", "isnt"}
 )  # fmt: skip
+_ROUNDING = {"lceil": "rceil", "lfloor": "rfloor"}
+_SUCH_THAT = frozenset({"mid", "|", ":", "vert"})
+# `\sin^{-1}` is the inverse function, never 1 / sin.
+_INVERSES = {"sin": "arcsin", "cos": "arccos", "tan": "arctan"}
 _UNIT_FOLLOWERS = frozenset({"end", ",", ";", ")", "]", "}", "and", "or", "=", "%"})
 
 
@@ -76,6 +84,9 @@ class AtomParser:
     def power(self) -> Node:
         raise NotImplementedError
 
+    def relation(self) -> Node:
+        raise NotImplementedError
+
     # -- postfix and exponents --------------------------------------------------
     def postfix(self) -> Node:
         return self.postfix_ops(self.atom())
@@ -89,9 +100,9 @@ class AtomParser:
             elif tok == Token("op", "%"):
                 self.advance()
                 node = Node("pct", (node,))
-            elif tok == Token("cmd", "circ"):  # degrees in a trig argument
+            elif tok == Token("cmd", "circ"):  # an angle in degrees (`compare`)
                 self.advance()
-                node = Node("mul", (node, _DEGREE))
+                node = Node("mul", (node, _DEGREE), text=DEGREES)
             elif tok.kind == "word":
                 self._skip_unit()
             else:
@@ -104,7 +115,7 @@ class AtomParser:
         zero``) are not units: the answer is refused, never read as the bare number.
         """
         word = self.advance().text
-        if word in _NOT_UNITS:
+        if word in NOT_UNITS:
             raise Refused(f"{word!r} after a value")
         if self.peek() == Token("op", "^"):
             self.advance()
@@ -145,6 +156,12 @@ class AtomParser:
 
     def _letter(self, letter: str) -> Node:
         node = self._subscripted(Node("sym", text=letter), numeric=False)
+        primes = 0
+        while self.peek() == Token("op", "'") and primes < MAX_PRIMES:
+            self.advance()
+            primes += 1  # `f'`, `f''(x)`: a derivative's name
+        if primes:
+            node = Node("sym", text=node.text + "'" * primes)
         if letter in _CALLABLE_LETTERS and self.peek() == Token("op", "("):
             self.advance()
             self.enter()
@@ -174,9 +191,12 @@ class AtomParser:
                 raise Refused("bad subscript")
             return tok.text
         parts: list[str] = []
-        while (inner := self.advance()).text != "}":
-            if inner.kind == "end" or inner.text == "{" or len(parts) > 20:
+        depth = 0
+        while (inner := self.advance()).text != "}" or depth > 0:
+            if inner.kind == "end" or len(parts) > MAX_SUBSCRIPT_TOKENS:
                 raise Refused("bad subscript")
+            if inner.kind == "op" and inner.text in {"{", "}"}:
+                depth += 1 if inner.text == "{" else -1
             parts.append(inner.text)
         return "".join(parts)
 
@@ -220,10 +240,22 @@ class AtomParser:
             return self._set()
         if name == "begin":
             return self._matrix()
+        if name in _ROUNDING:
+            return self._rounding(name)
         if name in {"|", "vert", "lvert"}:
             self.pos -= 1
             return self.atom()
         raise Refused(f"\\{name} here")
+
+    def _rounding(self, name: str) -> Node:
+        """`\\lceil x \\rceil` and `\\lfloor x \\rfloor` (a function of one sum)."""
+        self.enter()
+        inner = self.sum()
+        self.leave()
+        closer = _ROUNDING[name]
+        if self.advance() != Token("cmd", closer):
+            raise Refused(f"unclosed \\{name}")
+        return Node("fn", (inner,), text=name[1:])
 
     def _sqrt(self) -> Node:
         index: Node | None = None
@@ -247,6 +279,8 @@ class AtomParser:
             elif self.peek() == Token("op", "^") and power is None:
                 self.advance()
                 power = self.exponent()
+        if power is not None and name in _INVERSES and render(power) == "(neg 1)":
+            name, power = _INVERSES[name], None
         arg = self._bracket() if self.peek() == Token("op", "(") else self.power()
         kids = (arg,) if base is None else (arg, base)
         node = Node("fn", kids, text=name)
@@ -278,12 +312,28 @@ class AtomParser:
         return parts[0] if len(parts) == 1 else Node("set", tuple(parts))
 
     def _set(self) -> Node:
+        if self.peek().kind == "id" and self.peek(1).text in _SUCH_THAT:
+            return self._set_builder()
         self.enter()
         parts = [] if self.peek().text == "}" else self.item_list(frozenset({"}"}))
         self.leave()
         if self.advance() != Token("cmd", "}"):
             raise Refused("unclosed \\{")
         return Node("set", tuple(parts))
+
+    def _set_builder(self) -> Node:
+        """`\\{x \\mid -2 < x < 3\\}`: the condition, read as the set it describes
+        (an interval when it is one; a condition not on `x` is refused)."""
+        variable = self.advance().text
+        self.advance()
+        self.enter()
+        condition = self.relation()
+        self.leave()
+        if self.advance() != Token("cmd", "}"):
+            raise Refused("unclosed \\{")
+        if condition.kind != "rel" or not _mentions(condition, variable):
+            raise Refused("set-builder condition")
+        return condition
 
     def _matrix(self) -> Node:
         env = self._env_name()
@@ -342,3 +392,10 @@ def _number(literal: str) -> Node:
             stripped = "0" + stripped
         return num(value, stripped if "." in stripped else "")
     return num(value)
+
+
+def _mentions(node: Node, name: str) -> bool:
+    """Whether the symbol `name` occurs in `node`."""
+    if node.kind == "sym":
+        return node.text == name
+    return any(_mentions(kid, name) for kid in node.kids)

@@ -28,6 +28,12 @@ _RE_PLAIN_INT = re.compile(r"-?\d{1,30}")
 _RE_PLAIN_DEC = re.compile(r"-?\d{0,30}\.\d{1,30}")
 _RE_PLAIN_FRAC = re.compile(r"(-?\d{1,30})/(\d{1,30})")
 _RE_LATEX_FRAC = re.compile(r"(-?)\\[dt]?frac\{(\d{1,30})\}\{(\d{1,30})\}")
+_RE_MIXED = re.compile(r"(-?)(\d{1,30})[ \t]+(\d{1,30})/(\d{1,30})")
+# `20:34:00`, `08:34 \text{P.M.}`: a clock time, read as `hours:minutes`.
+_RE_CLOCK = re.compile(
+    r"\s*(\d{1,2}):([0-5]\d)(?::([0-5]\d))?\s*"
+    r"(?:\\(?:text|mathrm)\s*\{\s*)?(?:([AaPp])\.?\s*[Mm]\.?)?\s*\}?\s*"
+)
 # `2,74`: two numbers or a decimal comma (thousands groups are merged by now).
 _RE_DECIMAL_COMMA = re.compile(r"-?\d{1,30},\d{1,30}")
 
@@ -57,6 +63,8 @@ def parse_answer(text: str, *, sentences: bool = True) -> Parsed:
         A `Parsed` with a tree, or with `error` set when the answer is outside what
         we decide (too long, too deep, unknown syntax, too large to evaluate).
     """
+    if ":" in text:
+        text = clock_time(text)
     fast = _fast_number(text)
     if fast is not None:
         return Parsed(fast, render(fast))
@@ -127,6 +135,24 @@ def _parse_gold(gold: str) -> tuple[str | None, Parsed]:
 _parse_gold_cached = functools.lru_cache(maxsize=GOLD_CACHE_SIZE)(_parse_gold)
 
 
+def clock_time(text: str) -> str:
+    """`20:34:00` as `20:34` (zero seconds), `08:34 P.M.` as `20:34`; other text as
+    it is. Hours must fit the clock (1 to 12 with a.m./p.m., 0 to 23 without)."""
+    match = _RE_CLOCK.fullmatch(text)
+    if match is None:
+        return text
+    hours, minutes, seconds, half = match.groups()
+    hour = int(hours)
+    if half is not None:
+        if not 1 <= hour <= 12:
+            return text
+        hour = hour % 12 + (12 if half in "Pp" else 0)
+    elif seconds is None or hour > 23:
+        return text  # `3:45` may be a ratio: only a written clock time is changed
+    clock = f"{hour}:{minutes}"
+    return clock if seconds in (None, "00") else f"{clock}:{seconds}"
+
+
 def _fast_number(text: str) -> Node | None:
     s = text.strip()
     if _RE_PLAIN_INT.fullmatch(s):
@@ -143,6 +169,13 @@ def _fast_number(text: str) -> Node | None:
         top, bottom = int(match.group(1)), int(match.group(2))
         node = Node("div", (num(abs(top)), num(bottom)))
         return Node("neg", (node,)) if match.group(1).startswith("-") else node
+    match = _RE_MIXED.fullmatch(s)
+    if match:  # `3128 1/2`: a whole number and a proper fraction
+        whole, top, bottom = (int(match.group(k)) for k in (2, 3, 4))
+        if not 0 < top < bottom:
+            return None
+        node = Node("add", (num(whole), Node("div", (num(top), num(bottom)))))
+        return Node("neg", (node,)) if match.group(1) else node
     match = _RE_LATEX_FRAC.fullmatch(s)
     if match:
         node = Node("div", (num(int(match.group(2))), num(int(match.group(3)))))

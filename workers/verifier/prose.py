@@ -25,7 +25,9 @@ __all__ = [
     "answer_line",
     "bare_answer",
     "closing_math",
+    "cut_mid_sentence",
     "last_number",
+    "named_value",
     "phrase_answer",
 ]
 
@@ -43,6 +45,8 @@ MAX_NUMBER_TRIES = 20
 MAX_ESCAPED_DOLLARS = 100
 # Lines mentioning "answer" examined from the end before giving up.
 MAX_ANSWER_LINES = 1_000
+# Display math under a `Final Answer` heading longer than this is not read.
+MAX_DISPLAY_CHARS = 2_000
 # A response this short with no words in it is taken whole as its answer.
 MAX_BARE_ANSWER_CHARS = 100
 
@@ -55,6 +59,7 @@ _ANSWER_HEADING = re.compile(r"[\s>*#_]*final\s+answer[\s*_:：]*", re.IGNORECAS
 _GSM8K_LINE = re.compile(
     r"[ \t]*(?:A[ \t]*:|####(?!#)(?=[ \t]*[-+$\\.\d(|]))[ \t]*(?P<rest>.+)", re.DOTALL
 )
+_INLINE_MARKERS = ("final answer:", "the answer:")
 _NEXT_LINE = re.compile(r"\s*(\S[^\n]*)")
 # Letter runs allowed in a bare answer; any other run of two or more letters that is
 # not a LaTeX command (`\\frac`) marks the text as prose.
@@ -67,6 +72,22 @@ _DENIED = re.compile(
     r"\s*(?:\$\$|\$|\\\(|\\\[|-)?\s*\Z",
     re.IGNORECASE,
 )
+_NAMED_VALUE = re.compile(
+    r"(?P<name>[A-Za-z][A-Za-z _']*[A-Za-z]{3}[A-Za-z _']*)=(?P<value>[^=]+)"
+)
+_NAMED_DENIAL = re.compile(
+    r"\b(?:not|no|never|wrong|incorrect|false|isn't|isnt)\b", re.IGNORECASE
+)
+# A text ending in one of these stops mid-sentence (see `cut_mid_sentence`).
+_DANGLING_CHARS = frozenset(",(")
+# (Not `for`, `with`, `to`, `that`...: "which is what we were looking for" is a
+# whole sentence.)
+_FUNCTION_WORDS = frozenset(
+    {"the", "a", "an", "of", "and", "or", "is", "are", "was", "were", "which", "we",
+     "then", "than", "if", "but", "because", "since", "per", "each", "its", "their",
+     "our"}
+)  # fmt: skip
+_LAST_WORD = re.compile(r"(?<![A-Za-z\\])[A-Za-z]+\Z")
 _BARE_WORDS = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi"})
 _PHRASES = ("final answer is", "answer is", "result is")
 _JUDGEMENT = re.compile(
@@ -110,12 +131,19 @@ def answer_line(text: str, *, allow_gsm8k: bool) -> tuple[str, int] | None:
 
 
 def _gsm8k_last_line(text: str) -> tuple[str, int] | None:
-    """`A: 18` or `#### 18` as the last non-empty line (GSM8K's solutions)."""
+    """`A: 18` or `#### 18` on the last non-empty line (GSM8K's solutions); `####`
+    counts wherever it stands on that line (`... for the 12 of them. #### 8`)."""
     body = text.rstrip()
     start = body.rfind("\n") + 1
     match = _GSM8K_LINE.match(body, start)
     if match is None:
-        return None
+        hashes = body.rfind("####", start)
+        if hashes <= start or body.startswith("#", hashes - 1):
+            return None
+        match = _GSM8K_LINE.match(body, hashes)
+        if match is None:
+            return None
+        start = hashes
     answer = clean(match.group("rest"))
     return None if answer is None else (answer, start)
 
@@ -123,13 +151,25 @@ def _gsm8k_last_line(text: str) -> tuple[str, int] | None:
 def _inline_final_answer(line: str, line_start: int) -> tuple[str | None, int]:
     """`... so it is 10,455. Final Answer: The final answer is $10,455$.` in a line.
 
-    Only the distinctive `Final Answer:` counts mid-line; returns its offset.
+    Only the distinctive `Final Answer:` and `the answer:` count mid-line (a marker
+    is one wherever it stands); returns its offset.
     """
-    pos = line.lower().rfind("final answer:")
+    lowered = line.lower()
+    pos, marker = max((lowered.rfind(marker), marker) for marker in _INLINE_MARKERS)
     if pos < 0:
         return None, line_start
-    rest = line[pos + len("final answer:") :].strip(" *_")
+    rest = line[pos + len(marker) :].strip(" *_")
+    if marker == "the answer:" and not _states_answer(rest):
+        return None, line_start  # `let me check the answer: is 5 right? ...`
     return _line_content(rest), line_start + pos
+
+
+def _states_answer(rest: str) -> bool:
+    """Whether text after a mid-line `the answer:` states one (a value or a sentence
+    starting with a capital), rather than going on with a question or a clause."""
+    if not rest or rest[0].islower():
+        return False
+    return not first_sentence(rest).rstrip().endswith("?")
 
 
 def _read_answer_line(text: str, line: str, line_end: int) -> str | None:
@@ -145,7 +185,25 @@ def _read_answer_line(text: str, line: str, line_end: int) -> str | None:
         if following is None:
             return None
         rest = following.group(1)
-    return _line_content(rest.strip(" *_"))
+        line_end = following.end()
+    rest = rest.strip(" *_")
+    if rest.endswith(":"):
+        # `The general solution is:` introduces the display math below it
+        return _display_after(text, line_end)
+    return _line_content(rest)
+
+
+def _display_after(text: str, start: int) -> str | None:
+    """The first display math (`$$...$$`, `\\[...\\]`) right below `start`."""
+    following = _NEXT_LINE.match(text, start)
+    if following is None:
+        return None
+    begin = following.start(1)
+    for opener, closer in (("$$", "$$"), ("\\[", "\\]")):
+        if text.startswith(opener, begin):
+            end = text.find(closer, begin + len(opener), begin + MAX_DISPLAY_CHARS)
+            return clean(text[begin + len(opener) : end]) if end >= 0 else None
+    return None
 
 
 def _line_content(rest: str) -> str | None:
@@ -159,6 +217,32 @@ def _line_content(rest: str) -> str | None:
     if answer is None or not is_prose(answer):
         return answer
     return clean(first_sentence(answer)) or answer
+
+
+def cut_mid_sentence(text: str) -> bool:
+    """Whether the text stops mid-sentence on a function word or a comma (`...
+    multiply this by the number of`): cut at the token limit, it committed to no
+    value, and a number met on the way is no answer. A dangling `=` is left to the
+    sentence rules (a loop of `total = 27` lines cut at `=` still says 27)."""
+    tail = text[-40:].rstrip()
+    if not tail:
+        return False
+    if tail[-1] in _DANGLING_CHARS:
+        return True
+    word = _LAST_WORD.search(tail)
+    return word is not None and word.group().lower() in _FUNCTION_WORDS
+
+
+def named_value(text: str) -> str:
+    """`any text=12` gives `12`: a bare answer naming its value in words before a
+    final `=` (a word of three letters or more, no negation). Anything else,
+    including a label equation (`x = 5`, decided by the comparison), is kept."""
+    if "=" not in text or len(text) > MAX_BARE_ANSWER_CHARS:
+        return text
+    match = _NAMED_VALUE.fullmatch(text)
+    if match is None or _NAMED_DENIAL.search(match.group("name")):
+        return text
+    return clean(match.group("value")) or text
 
 
 def phrase_answer(text: str) -> str | None:

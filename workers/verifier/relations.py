@@ -56,12 +56,60 @@ def compare_relations(pred: Node, gold: Node, compare: Compare) -> Outcome:
     if p_label and g_label and render(p_label[0]) == render(g_label[0]):
         out = compare(p_label[1], g_label[1])
         return Outcome(out.same, VerifyMethod.STRUCTURAL, "labelled value")
+    renamed = _same_function(pred, gold)
+    if renamed is not None:
+        out = compare(*renamed)
+        return Outcome(out.same, VerifyMethod.STRUCTURAL, "same function, renamed")
     p_ops, g_ops = pred.text.split(","), gold.text.split(",")
     if len(p_ops) == 1 and len(g_ops) == 1 and _kind(p_ops[0]) == _kind(g_ops[0]):
         return _single(pred, gold, p_ops[0], g_ops[0])
     if p_ops == g_ops:
         return _chain(pred, gold, compare)
     return Outcome(False, VerifyMethod.STRUCTURAL, "different relations")
+
+
+def _same_function(pred: Node, gold: Node) -> tuple[Node, Node] | None:
+    """(pred's right side, gold's) when both define one function of one variable
+    under two names: ``y = 2x + 3`` and ``f(x) = 2x + 3``, or ``f(z) = z`` and
+    ``f(x) = x`` (the variable renamed in pred's side when that name is free)."""
+    p_def, g_def = _definition(pred), _definition(gold)
+    if p_def is None or g_def is None:
+        return None
+    (p_name, p_var, p_side), (g_name, g_var, g_side) = p_def, g_def
+    if p_name != g_name and "y" not in (p_name, g_name):
+        return None  # `f(x)` and `g(x)` may be two functions of one problem
+    if p_var and g_var and p_var != g_var:
+        if _mentions(p_side, g_var) or _mentions(g_side, p_var):
+            return None
+        p_side = _rename(p_side, p_var, g_var)
+    return p_side, g_side
+
+
+def _definition(node: Node) -> tuple[str, str, Node] | None:
+    """(function name, variable or "", right side) of ``f(x) = ...`` or ``y = ...``."""
+    if node.text != "=" or len(node.kids) != 2:
+        return None
+    left, side = node.kids
+    if left.kind == "sym" and left.text == "y":
+        return "y", "", side
+    if left.kind == "call" and len(left.kids) == 1 and left.kids[0].kind == "sym":
+        return left.text, left.kids[0].text, side
+    return None
+
+
+def _mentions(node: Node, name: str) -> bool:
+    if node.kind in {"sym", "call"} and node.text == name:
+        return True
+    return any(_mentions(kid, name) for kid in node.kids)
+
+
+def _rename(node: Node, old: str, new: str) -> Node:
+    if node.kind == "sym" and node.text == old:
+        return Node("sym", text=new)
+    if not node.kids:
+        return node
+    kids = tuple(_rename(kid, old, new) for kid in node.kids)
+    return Node(node.kind, kids, text=node.text, value=node.value)
 
 
 def _kind(op: str) -> str:

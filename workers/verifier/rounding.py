@@ -1,11 +1,14 @@
 """When a written decimal counts as an exact value: float noise, and rounding.
 
-Default (strict): an exact gold needs an exactly equal answer. The one exception is
+Default (strict): an exact gold needs an exactly equal answer. Two exceptions:
 float noise: a predicted decimal with at least `FLOAT_DIGITS` significant digits (what a
-program prints for a binary float, ``2.0000000000000004``, ``0.3333333333333333``)
-matches a *rational* gold within a relative `FLOAT_NOISE` (``0.333`` for 1/3, ``3.14``
-for pi and the repeating ``0.(35625)`` for ``.35625`` are wrong; a float for an
-irrational gold is an approximation, not noise).
+program prints for a binary float, ``2.0000000000000004``, ``0.3333333333333333``,
+``0.8660254037844386``) matches the gold's value, rational or not, within a relative
+`FLOAT_NOISE` (``0.333`` for 1/3 and ``3.14`` for pi are wrong); and a rounded *gold*
+(r6): when the gold is a decimal showing 3+ decimals (``3.33333333``, ``0.577``,
+``2.314814814815 \\times 10^{-3}``), an exact answer that rounds to it at the gold's
+own precision is right (``\\frac{10}{3}``, ``\\frac{1}{432}``; see
+`gold_rounding_match`), never a coarser decimal answer (``3.3``).
 
 With ``GradeOptions(approximate=True)`` the rounded-decimal policy applies: let one
 side be a written decimal D with d >= 1 digits after the point and the other side an
@@ -27,7 +30,7 @@ from fractions import Fraction
 from workers.verifier.nodes import Node
 from workers.verifier.values import decimal_places
 
-__all__ = ["float_noise_match", "rounded_match"]
+__all__ = ["float_noise_match", "gold_rounding_match", "rounded_match"]
 
 # A binary double prints with 15 to 17 significant digits; its rounding error relative
 # to the value it stands for is below 2**-52 (about 2.2e-16). Sums of a few floats
@@ -40,6 +43,8 @@ MIN_SIGNIFICANT = 3
 # ... or this many significant digits with at least `MIN_PLACES` decimals.
 MIN_SIGNIFICANT_AT_PLACES = 2
 MIN_PLACES = 2
+# A decimal gold read as a rounding shows at least this many digits after its point.
+MIN_GOLD_PLACES = 3
 
 
 def rounded_match(
@@ -86,14 +91,86 @@ def rounded_match(
 
 
 def float_noise_match(
-    pred: Node, p_val: Fraction | None, g_val: Fraction | None
+    pred: Node, gold: Node, p_val: Fraction | None, g_val: Fraction | None
 ) -> bool:
-    """Whether `pred` is a float print of the rational gold `g_val` (strict policy)."""
-    if p_val is None or g_val is None or p_val == g_val:
-        return p_val is not None and p_val == g_val
+    """Whether `pred` is a float print of the gold's value (strict policy); an
+    irrational gold is evaluated to 60 digits (``0.8660254037844386`` for
+    ``\\frac{\\sqrt3}{2}``)."""
+    if p_val is None or p_val == g_val:
+        return p_val is not None
     if decimal_places(pred) is None or _significant_digits(pred) < FLOAT_DIGITS:
         return False
-    return abs(p_val - g_val) <= FLOAT_NOISE * abs(g_val)
+    exact = g_val if g_val is not None else _evaluate(gold)
+    return exact is not None and abs(p_val - exact) <= FLOAT_NOISE * abs(exact)
+
+
+def gold_rounding_match(
+    pred: Node, gold: Node, p_val: Fraction | None, g_val: Fraction | None
+) -> bool:
+    """Whether the exact `pred` rounds to the decimal gold at the gold's precision.
+
+    The gold is a written decimal (``3.33333333``) or one in scientific notation
+    (``2.314814814815 \\times 10^{-3}``) showing at least `MIN_SIGNIFICANT`
+    significant digits and `MIN_GOLD_PLACES` digits after its point (a short gold
+    such as ``12.5`` or ``0.33`` is as likely exact as rounded: ``\\sqrt{156}``
+    is not ``12.5``);
+    the answer is exact, not a decimal, with no finite decimal expansion (as in the
+    rounded policy: ``\\frac{1}{8}`` must equal its gold). A fraction p/q counts
+    only when the gold shows more significant digits than q has: a gold as long as
+    q may be an exact decimal of another number (``0.\\overline{35625}`` is
+    11875/33333, not gold ``.35625``). ``3.3`` for gold ``3.33333333`` stays wrong:
+    an answer's decimal is never rounded to the gold.
+    """
+    written = _written_decimal(gold)
+    if written is None or decimal_places(pred) is not None or _is_scientific(pred):
+        return False
+    shown, exponent, significant, places = written
+    if significant < MIN_SIGNIFICANT or places < MIN_GOLD_PLACES:
+        return False  # `12.5`, `0.33`: as likely an exact value as a rounding
+    if p_val is not None and (
+        _terminates(p_val) or p_val.denominator >= 10 ** (significant - 1)
+    ):
+        return False  # `\\frac{1}{8}`, or a gold with no more digits than q needs
+    exact = p_val if p_val is not None else _evaluate(pred)
+    if exact is None:
+        return False
+    return bool(abs(exact - shown) * 2 * Fraction(10) ** exponent <= 1)
+
+
+def _written_decimal(node: Node) -> tuple[Fraction, int, int, int] | None:
+    """(value, decimal exponent of its last digit, significant digits, digits after
+    the point as written) of a written decimal or a decimal times a power of ten;
+    None otherwise."""
+    sign = 1
+    if node.kind == "neg":
+        node, sign = node.kids[0], -1
+    scale = 0
+    if _is_scientific(node):
+        node, power = node.kids
+        exponent = power.kids[1]
+        negative = exponent.kind == "neg"
+        literal = exponent.kids[0] if negative else exponent
+        if literal.value is None or literal.value.denominator != 1:
+            return None
+        scale = -int(literal.value) if negative else int(literal.value)
+    places = decimal_places(node)
+    if places is None or node.value is None:
+        return None
+    value = sign * node.value * Fraction(10) ** scale
+    return value, places - scale, _significant_digits(node), places
+
+
+def _is_scientific(node: Node) -> bool:
+    """`D \\times 10^{k}` with D a written decimal and k an integer literal."""
+    if node.kind != "mul" or len(node.kids) != 2 or node.text:
+        return False
+    mantissa, power = node.kids
+    if decimal_places(mantissa) is None or power.kind != "pow":
+        return False
+    base, exponent = power.kids
+    if exponent.kind == "neg":
+        exponent = exponent.kids[0]
+    return base.kind == "num" and base.value == 10 and exponent.kind == "num"
 
 
 def _fine_enough(significant: int, places: int) -> bool:

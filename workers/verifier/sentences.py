@@ -7,7 +7,8 @@ so "... 14 loaves. The answer is: 10" gives 10. Policy, on the last sentence hol
 value (questions skipped):
 
 1. A negated or hedged sentence (`not`, `never`, `maybe`, `excluded`, `about`, `any`,
-   ...) gives no answer, nor
+   ...; "neither pens nor pencils", holding no value, is a description, not a
+   denial) gives no answer, nor
    does one that ends in the middle of an expression (`... to get 8 + )`).
 2. Values are numbers (`14`, `$2,100`, `-3.5`, `3/4`, `35%`), number words (`five`,
    `twenty-one`; not "one", mostly an article: "one pack of gum") and math spans
@@ -15,8 +16,15 @@ value (questions skipped):
    values: `#3`, `week 3`, `Step 2`, `3rd`, `10-year-old`, `the first two weeks`,
    `more than 16`, and a number word after a determiner (`the two farms`). Remarks are
    dropped first: a parenthetical holding words and a `because`/`since` clause.
-3. One value: that value (units and words around it are dropped: `The bakery sold 14
-   loaves.` gives 14).
+   A digit glued to a word (`11’Brien`, `4abc`) is no value; a glued unit (`16cm`)
+   leaves one.
+3. A true arithmetic chain anywhere in the sentence asserts its final side when
+   that side is the sentence's last written number, whatever else the sentence
+   holds (`reread 24 - 20 = 4 books to have two books a month` gives 4; units
+   inside the chain are dropped: `2 pounds/bag * 8 bags = 16 pounds` gives 16; see
+   `chains`). Otherwise one value: that value (units and words around it are
+   dropped: `The bakery sold 14 loaves.` gives 14); one value said again in words
+   (`47 (the cat catches 47 animals`) is that one value.
 4. Several: the one value after the last `=`, `\\approx` or copula (`is`, `are`, `was`,
    `were`, `be`, `equals`, `gives`, `makes`, `totals`): `20 + 5 = 25 shells` gives 25,
    `The cost for the 36-minute call would be $8.00` gives 8.00. Two or more values
@@ -32,6 +40,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import pairwise
+
+from workers.verifier.chains import true_chain_answer
 
 __all__ = [
     "MAX_SENTENCE_SPAN_CHARS",
@@ -44,6 +55,7 @@ __all__ = [
 
 MAX_SENTENCE_SPAN_CHARS = 4_000
 MAX_VALUES = 50
+MAX_REPEATS = 3
 
 _NEGATION = re.compile(
     r"\b(?:not|no|never|none|neither|nor|cannot|maybe|perhaps|possibly|probably"
@@ -105,7 +117,16 @@ _DETERMINERS = re.compile(
 # An operator after the last value with no operand after it (`... to get 8 + )`).
 _DANGLING = re.compile(r"\s*[-+*/×÷=]\s*(?![\s\w$(\\])")
 _WORD_BEFORE = re.compile(r"\b([A-Za-z]+)[ \t]+\Z")
+# "neither pens nor pencils": a pair of things the answer is not, not a hedge on it.
+_NEITHER_NOR = re.compile(r"\bneither\b[^.!?\n]{0,80}?\bnor\s+[A-Za-z]+", re.IGNORECASE)
+# Letters glued after a number that still leave it a number (`16cm`, `5kg`, `3pm`).
+_GLUED_UNITS = frozenset(
+    {"cm", "mm", "km", "m", "kg", "g", "mg", "l", "ml", "s", "h", "hr", "hrs", "min",
+     "mins", "ft", "in", "yd", "mi", "oz", "lb", "lbs", "mph", "k", "am", "pm", "x"}
+)  # fmt: skip
 _ORDINAL = re.compile(r"(?:st|nd|rd|th)\b", re.IGNORECASE)
+_LETTERS = re.compile(r"[A-Za-z]+")
+_ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +159,33 @@ def read_sentence(span: str) -> Reading:
         values = _values(sentence)
         if not values:
             continue
-        if _NEGATION.search(_outside_math(sentence)):
+        if _NEGATION.search(_NEITHER_NOR.sub(_no_value, _outside_math(sentence))):
             return Reading(None, "sentence answer is negated or hedged")
         if _DANGLING.match(sentence, values[-1].end):
             return Reading(None, "sentence ends in the middle of an expression")
-        if len(values) == 1:
+        chained = true_chain_answer(whole)
+        if chained is not None:
+            return Reading(chained)
+        if _said_again(sentence, values):
             return Reading(values[0].text)
         return _asserted(sentence, values)
     return Reading(None)
+
+
+def _said_again(sentence: str, values: list[_Value]) -> bool:
+    """One value said again in words (`47 (the cat catches 47 animals`): at most
+    `MAX_REPEATS` times, with words between (a matrix of ones is no sentence)."""
+    if len(values) > MAX_REPEATS or len({value.text for value in values}) != 1:
+        return False
+    return all(
+        _PROSE_WORD.search(sentence, a.end, b.start) is not None
+        for a, b in pairwise(values)
+    )
+
+
+def _no_value(match: re.Match[str]) -> str:
+    """A "neither pens nor pencils" holding no value: a description, not a denial."""
+    return match.group() if _VALUE.search(match.group()) else " "
 
 
 def _main_clause(sentence: str) -> str:
@@ -221,8 +261,29 @@ def _value_text(sentence: str, match: re.Match[str]) -> str | None:
         return None
     if match.group("word") is not None:
         return _word_value(sentence, match)
+    glued = _glued(sentence, match)
+    if glued:
+        return glued
     text = match.group("num").replace("$", "").replace("−", "-").rstrip(",")
     return text or None
+
+
+def _glued(sentence: str, match: re.Match[str]) -> str:
+    """A number glued to a word (`11’Brien`, `8r`) as the whole token: a name or a
+    term, never the bare number (it still counts as a value, so `3r - 21 = 12 - 8r`
+    asserts none); "" when nothing or a unit (`16cm`) is glued to it."""
+    end = match.end()
+    if match.group("num") is None or end >= len(sentence):
+        return ""
+    if sentence[end] in "’'" and sentence[end + 1 : end + 2].isalpha():
+        end += 1
+    elif sentence[end] not in _ASCII_LETTERS:
+        return ""
+    letters = _LETTERS.match(sentence, end)
+    unit = letters is not None and letters.group().lower() in _GLUED_UNITS
+    if letters is None or (unit and end == match.end()):
+        return ""
+    return sentence[match.start() : letters.end()]
 
 
 def is_prose(span: str) -> bool:
@@ -247,7 +308,10 @@ def is_label_number(text: str, start: int, end: int) -> bool:
 
 def _is_label(sentence: str, start: int, end: int) -> bool:
     before = sentence[max(0, start - 20) : start]
-    if before.rstrip().endswith(("#", "No.", "no.")):
+    mark = before.rstrip()
+    if mark.endswith(("No.", "no.")) or (
+        mark.endswith("#") and not mark.endswith("####")  # GSM8K's marker, no label
+    ):
         return True
     word = _WORD_BEFORE.search(before)
     if word is not None and word.group(1).lower() in _LABEL_WORDS:

@@ -22,6 +22,7 @@ __all__ = [
     "last_box",
     "marker_name",
     "read_group",
+    "strip_stray_closers",
 ]
 
 # A box whose braces have not closed within this many characters is refused: such
@@ -53,6 +54,12 @@ _RE_BEGIN_ENV = re.compile(r"\\begin\s*\{([a-zA-Z*]{0,20})\}")
 # Zero-width characters around an answer are padding (inside it they refuse it).
 _INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff"
 SPECIAL_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>")
+# Closers that end a response without closing anything it still needs: a `</think>`
+# after the answer, an `</answer>` with no `<answer>`, an end token, a stray `<`.
+_STRAY_CLOSERS = (*SPECIAL_TOKENS, "</think>", "</answer>", "<")
+# Stray closers stripped from the end of a response before giving up.
+MAX_STRAY_CLOSERS = 16
+MAX_STRAY_TAIL_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +210,26 @@ def answer_tag(text: str) -> tuple[str, int] | None:
         return None
     first_close = text.find("</answer>", open_)
     return text[open_ + len("<answer>") : first_close], first_close + len("</answer>")
+
+
+def strip_stray_closers(text: str) -> str:
+    """Drop closing tags and end tokens trailing a response (`Answer: 270\\n</think>
+    </answer>`): they hide the answer line from the searches that read the end.
+
+    An `</answer>` that closes an `<answer>` stays (it is the tag's own end).
+    """
+    if not text[-MAX_STRAY_TAIL_CHARS:].rstrip().endswith((">", "<")):
+        return text  # the common case, without copying a long response
+    body = text.rstrip()
+    for _ in range(MAX_STRAY_CLOSERS):
+        token = next((t for t in _STRAY_CLOSERS if body.endswith(t)), None)
+        if token is None:
+            break
+        opener = {"</answer>": "<answer>", "</think>": "<think>"}.get(token)
+        if opener is not None and body.rfind(opener) >= 0:
+            break  # it closes something: the tag and `<think>` rules read it
+        body = body[: len(body) - len(token)].rstrip()
+    return body if body else text
 
 
 def clean(answer: str) -> str | None:

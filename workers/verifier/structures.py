@@ -14,6 +14,7 @@ __all__ = [
     "has_repeats",
     "is_choice",
     "is_label",
+    "names_quantity",
     "reduce_chain",
     "regroup_assignments",
     "strip_label",
@@ -44,23 +45,39 @@ def is_label(node: Node) -> bool:
     return False
 
 
-def strip_label(node: Node) -> Node:
+def names_quantity(node: Node) -> bool:
+    """Whether an answer's left side names the asked quantity: a label, a function
+    of one (``\\tan A``), or a sum of plain labels (``a + b + c``). Only an answer's
+    side is read this way; a gold ``x + y = 5`` stays an equation."""
+    if node.kind == "fn":
+        return all(is_label(kid) for kid in node.kids)
+    if node.kind == "add":
+        return all(kid.kind in _VARIABLE_KINDS and is_label(kid) for kid in node.kids)
+    return is_label(node)
+
+
+def strip_label(node: Node, *, answer: bool = False) -> Node:
     """``x = 5`` becomes ``5``; a label chain ``x = 5+5+1 = 11`` keeps its last value.
 
     A chain is cut at ``\\approx`` (``x = 1/3 \\approx 0.33`` is 1/3). Lists strip
     item by item. Anything else (``3 = 3``, ``2x + z = 1``) is returned unchanged.
+    With `answer`, a left side naming the asked quantity (`names_quantity`) is a
+    label too (``\\tan A = 2``, ``a + b + c = 11 + 9 + 0 = 20``).
     """
     if node.kind == "list":
-        return Node("list", tuple(strip_label(k) for k in node.kids), text=node.text)
-    reduced = reduce_chain(node)
+        kids = tuple(strip_label(k, answer=answer) for k in node.kids)
+        return Node("list", kids, text=node.text)
+    reduced = reduce_chain(node, answer=answer)
     if reduced is None:
         return node
     return reduced[1]
 
 
-def reduce_chain(node: Node) -> tuple[Node, Node] | None:
+def reduce_chain(node: Node, *, answer: bool = False) -> tuple[Node, Node] | None:
     """(label, value) for a label equation chain, else None."""
-    if node.kind != "rel" or not is_label(node.kids[0]):
+    if node.kind != "rel":
+        return None
+    if not (names_quantity if answer else is_label)(node.kids[0]):
         return None
     ops = node.text.split(",")
     if any(op not in {"=", "~"} for op in ops):

@@ -21,7 +21,7 @@ _FUNCS: dict[str, Any] = {
     "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "sec": sympy.sec,
     "csc": sympy.csc, "cot": sympy.cot, "arcsin": sympy.asin, "arccos": sympy.acos,
     "arctan": sympy.atan, "sinh": sympy.sinh, "cosh": sympy.cosh, "tanh": sympy.tanh,
-    "ln": sympy.log, "exp": sympy.exp,
+    "ln": sympy.log, "exp": sympy.exp, "ceil": sympy.ceiling, "floor": sympy.floor,
 }  # fmt: skip
 _NAMED = {"pi": sympy.pi, "oo": sympy.oo, "e": sympy.E, "i": sympy.I}
 

@@ -30,11 +30,17 @@ _COMMANDS = FUNCTIONS | {
     "emptyset", "varnothing", "sim", "equiv", "to", "rightarrow", "implies", "ldots",
     "dots", "cdots", "tfrac", "over", "mathbb", "alpha", "beta", "gamma", "theta",
     "lambda", "mu", "phi", "omega", "sigma", "tau", "rho", "delta", "epsilon", "circ",
+    "lceil", "rceil", "lfloor", "rfloor",
+    # accents and operator names: read only inside a subscript (`E_{\widetilde{10}}`,
+    # `m_{\max}`); anywhere else the parser refuses them
+    "widetilde", "tilde", "hat", "widehat", "bar", "vec", "max", "min",
 }  # fmt: skip
 _UNITS_TWO = frozenset(
     {"cm", "mm", "km", "kg", "mg", "ft", "yd", "mi", "hr", "ml", "pt"}
 )
-_WORDS_TWO = frozenset({"or", "in", "pi", "is", "be"})
+# Two-letter English words, never a product of two variables (`80% of the girls`;
+# not `at`, `an`, `by`...: `\frac12 at^2` is a product).
+_WORDS_TWO = frozenset({"or", "in", "pi", "is", "be", "of", "to"})
 _RE_TOKEN = re.compile(
     r"(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+(?![a-zA-Z]))?|\.\d+)"
     r"|(?P<cmd>\\(?:[a-zA-Z]+|[{}|]))"

@@ -19,6 +19,10 @@ __all__ = ["MAX_BITS", "decimal_places", "exact_value", "int_root"]
 MAX_BITS = 20_000  # magnitude bound on any exact intermediate (about 6,000 digits)
 MAX_FACTORIAL = 1_500
 MAX_SYMBOLIC_EXPONENT = 200
+_ROUNDING: dict[str, Callable[[Fraction], int]] = {
+    "ceil": math.ceil,
+    "floor": math.floor,
+}
 
 
 def exact_value(node: Node) -> Fraction | None:
@@ -42,6 +46,8 @@ def exact_value(node: Node) -> Fraction | None:
     kids = [exact_value(k) for k in node.kids]
     if kind == "fn" and node.text == "exp":
         _check_exponent(node.kids[0], kids[0])
+    if kind == "fn" and node.text in _ROUNDING and kids[0] is not None:
+        return Fraction(_ROUNDING[node.text](kids[0]))
     if kind in {"sym", "text", "fn", "call"} or any(v is None for v in kids):
         if kind == "pow":
             _check_exponent(node.kids[1], kids[1])

@@ -40,9 +40,9 @@ VERIFICATION = [
     (r"\dfrac{1}{2}", "0.5", Status.CORRECT),
     ("(1,2,3)", "(1,2)", Status.WRONG),  # different part count
     ("(1, 2)", "[1,2]", Status.WRONG),  # the seed accepts; issue #2: point != interval
-    # rounded gold, exact answer: wrong under the strict default (issue 10); correct
-    # with GradeOptions(approximate=True), see test_compare
-    (r"\sqrt{2}", "1.41421356", Status.WRONG),
+    # rounded gold, exact answer: wrong under r5's strict default (issue 10); r6
+    # (issue 37) reads a decimal gold as a rounding the exact answer must round to
+    (r"\sqrt{2}", "1.41421356", Status.CORRECT),
     ("__import__(os)", "4", Status.UNSUPPORTED),  # never executed
     (r"\sin(0)", "0", Status.CORRECT),  # the seed refuses \sin; our whitelist has it
     (r"\int_0^1 x dx", "1/2", Status.UNSUPPORTED),  # outside the whitelist

@@ -158,9 +158,22 @@ def test_compare_rounded_decimal_policy_under_approximate(
         ("0.33", r"\frac13", False),
         ("0.3333", r"\frac13", False),
         ("3.14", r"\pi", False),
-        ("3.14159265358979", r"\pi", False),  # a float for an irrational: approximate
+        # r6: float noise of an irrational gold (15+ digits, 1e-12 relative)
+        ("3.14159265358979", r"\pi", True),
+        ("3.1415926535897", r"\pi", False),  # 14 digits: a rounding, not noise
         ("1.41", r"\sqrt2", False),
-        (r"\sqrt2", "1.41421356", False),
+        # r6: a rounded gold accepts the exact value at the gold's precision
+        (r"\sqrt2", "1.41421356", True),
+        (r"\sqrt2", "1.41421357", False),
+        (r"\frac{10}{3}", "3.33333333", True),
+        ("3.3", "3.33333333", False),  # the answer is held to the gold's digits
+        ("3.333", "3.33333333", False),
+        (r"\frac{1}{432}", r"2.314814814815 \times 10^{-3}", True),
+        (r"\frac{1}{431}", r"2.314814814815 \times 10^{-3}", False),
+        (r"\frac{10}{3}", "3.3", False),  # too coarse a gold to read as a rounding
+        (r"\sqrt2", "1.41", False),  # two decimals: maybe exact, not read as rounded
+        (r"\sqrt2", "1.414", True),
+        (r"\frac18", "0.13", False),  # a terminating value must equal its gold
         (r"0.\overline{35625}", ".35625", False),  # a different number
         ("0.125", r"\frac18", True),
         ("0.50", "0.5", True),

@@ -51,7 +51,6 @@ STRICT_DEFAULT: dict[int, str] = {
     126: "0.3333 for 1/3 (precision 4): a rounded decimal, not the exact value",
     134: "pmatrix of 0.33, 0.2 for 1/3, 1/5 (precision 2): 0.33 is not 1/3",
     140: "interval (0.6, 2.6667] for (3/5, 8/3] (precision 2): 2.6667 is not 8/3",
-    191: "sqrt(17) against gold 4.123105625617661: an irrational is not a decimal",
 }
 APPROXIMATE = GradeOptions(approximate=True)
 

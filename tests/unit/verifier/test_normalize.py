@@ -27,7 +27,8 @@ def canon(text: str) -> str:
         (r"\{1,234\}", r"\{1,234\}"),
         ("x²", "x^{2}"),
         ("０.５", "0.5"),
-        (r"90^\circ", "90"),
+        (r"90^\circ", r"90 \circ"),  # kept: an angle (compare reads it two ways)
+        (r"f \circ g", "f g"),  # composition, not a degree
         (r"\left( 3, \frac{\pi}{2} \right)", r"( 3, \frac{\pi}{2} )"),
         (r"\dfrac{1}{2}", r"\frac{1}{2}"),
         (r"\tfrac12", r"\frac12"),

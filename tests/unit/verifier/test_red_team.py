@@ -50,7 +50,8 @@ NEAR_MISSES: list[Row] = [
     ("strict-pi", "3.14", r"\pi", NO),
     ("strict-third", "0.333", r"\frac13", NO),
     ("repeating-vs-terminating", r"0.\overline{35625}", ".35625", NO),
-    ("float-for-irrational", "1.4142135623730951", r"\sqrt2", NO),
+    ("float-for-irrational-coarse", "1.41421356237", r"\sqrt2", NO),
+    ("float-noise-wrong-irrational", "1.4142135623730951", r"\sqrt3", NO),
     # sentence answers: the asserted number, never another one in the sentence
     ("sentence-wrong-number", "The bakery sold 13 loaves.", "14", NO),
     ("sentence-two-numbers", "Five vans will carry 60 boxes.", "60", UNS),
@@ -422,7 +423,12 @@ def test_red_team_correct_form_is_correct(pred: str, gold: str, status: Status) 
 POLICIES: list[Row] = [
     # rounding.py, strict default: exact values only, float noise aside
     ("pi-hundredths-strict", "3.14", r"\pi", NO),
-    ("rounded-gold-strict", r"\frac{1}{3}", "0.33", NO),
+    # r6: a rounded gold accepts the exact value that rounds to it (issue 37)
+    ("rounded-gold-strict", r"\frac{1}{3}", "0.333", OK),
+    ("rounded-gold-other-value", r"\frac{1}{3}", "0.334", NO),
+    ("rounded-gold-too-short", r"\frac{1}{3}", "0.33", NO),  # exact or rounded?
+    ("rounded-gold-short-irrational", r"\sqrt{156}", "12.5", NO),
+    ("float-for-irrational", "1.4142135623730951", r"\sqrt2", OK),
     ("float-noise", "0.30000000000000004", "0.3", OK),
     ("float-noise-third", "0.3333333333333333", r"\frac13", OK),
     # relations.py: a true closed chain answers with its final side; a false one is
@@ -441,10 +447,14 @@ POLICIES: list[Row] = [
         OK,
     ),
     ("sentence-number-word", "twenty-one loaves", "21", OK),
-    # normalize.py: a degree outside a trig argument is a unit, dropped like one
+    # compare.py (r6): an angle in degrees reads as its number or as its radians
     ("degrees-vs-number", r"90^\circ", "90", OK),
-    ("degrees-vs-radians", r"90^\circ", r"\frac{\pi}{2}", NO),
-    ("radians-vs-degrees", r"\frac{\pi}{2}", r"90^\circ", NO),
+    ("degrees-vs-radians", r"90^\circ", r"\frac{\pi}{2}", OK),
+    ("radians-vs-degrees", r"\frac{\pi}{2}", r"90^\circ", OK),
+    ("degrees-vs-other-radians", r"150^\circ", r"\frac{\pi}{6}", NO),
+    ("radians-vs-other-degrees", r"\frac{\pi}{6}", r"150^\circ", NO),
+    ("degrees-vs-other-number", r"30^\circ", "0.5", NO),
+    ("degree-sum-vs-number", r"180^\circ - 30^\circ", "150", OK),
     # parse.py: units are dropped, so a different unit with the same number counts
     ("units-differ", r"5\text{ m}", r"5\text{ cm}", OK),
     ("unit-power-differs", r"15\mbox{ cm}^3", r"15\mbox{ cm}^2", OK),

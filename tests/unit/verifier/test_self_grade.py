@@ -23,6 +23,11 @@ _ATOMS = st.sampled_from(
         "[", "]", "{", "}", "+", "-", "=", ",", " ", "\\le", "\\infty", "e", "i",
         "\\$", "$", "apples", "The answer is ", "#### ", "Answer: ", "\\boxed{",
         "<answer>", "</answer>", "\\binom{5}{2}", "2.0000000000000004", "\n",
+        # issue 37 (r6) shapes
+        "\\text{ or }", "65-6", "</think>", "<|im_end|>", "^\\circ", "\\mid", "\\{",
+        "\\}", "\\lceil", "\\rceil", ":", "'", " 1/2", "P.M.", "^{\\text{th}}",
+        "\\text{for }", "E_{\\widetilde{1}}", "\\tan^{-1}", "\\approx", "f(x)",
+        "\\text{ m/s}^{-2}", "the answer: ", "**Final Answer**\n", "is:\n$$",
     ]
 )  # fmt: skip
 _TEXTS = st.lists(_ATOMS, min_size=1, max_size=8).map("".join)
@@ -52,3 +57,8 @@ def test_identical_character_soup_is_never_wrong(text: str) -> None:
 def test_issue_13_absolute_value_line_grades_against_itself() -> None:
     text = r"#### |-329|\text{ cm}"
     assert grade(text, text).status is Status.CORRECT
+
+
+def test_identical_text_with_or_in_text_is_never_wrong() -> None:
+    # issue 37: found by fuzzing, `e \text{ or } 65-6` against itself
+    _never_wrong(r"e \text{ or } 65-6")
