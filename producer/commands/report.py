@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from producer.errors import InputFormatError
-from producer.extras import require
+from producer.extras import install_line, require
 from producer.files.formats import iter_records
 from workers.lines.fields import FieldSpec
 
@@ -43,7 +43,8 @@ def check_broker_url(
         scheme = value.split("://")[0]
         hint = (
             "; an http(s):// URL is a `gradefleet serve` service, which the "
-            "library reaches with producer.open_grader(URL)"
+            "library reaches with producer.open_grader(URL) (the serve extra: "
+            f"{install_line('serve')})"
             if scheme in ("http", "https")
             else ""
         )
