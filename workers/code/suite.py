@@ -149,7 +149,7 @@ def _json(value: Any, where: str) -> Any:
         return value
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurd nesting
         raise InvalidTestsError(f"{where} is not valid JSON") from None
 
 
