@@ -105,7 +105,18 @@ def _runtime_binds() -> list[str]:
     python = Path(sys.executable).resolve()
     stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    args = ["--ro-bind", str(python), "/rt/python/bin/python3"]
+    args: list[str] = []
+    # bwrap makes missing parent directories 0700 (unreadable to the sandboxed uid).
+    for directory in (
+        "/rt",
+        "/rt/python",
+        "/rt/python/bin",
+        "/rt/python/lib",
+        "/rt/app",
+    ):
+        args += ["--perms", "0755", "--dir", directory]
+    args += ["--perms", "0755", "--dir", "/rt/app/workers"]
+    args += ["--ro-bind", str(python), "/rt/python/bin/python3"]
     args += ["--ro-bind", str(stdlib), f"/rt/python/lib/{version}"]
     if (stdlib / "site-packages").is_dir():  # installed packages are not the runtime
         args += ["--tmpfs", f"/rt/python/lib/{version}/site-packages"]
