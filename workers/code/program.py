@@ -33,11 +33,19 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import warnings
 
-__all__ = ["MAX_PROGRAM_CHARS", "MAX_RESPONSE_CHARS", "extract_program", "parses"]
+__all__ = [
+    "MAX_PROGRAM_CHARS",
+    "MAX_RESPONSE_CHARS",
+    "extract_program",
+    "parse_tree",
+    "parses",
+]
 
 MAX_PROGRAM_CHARS = 256 * 1024
 MAX_RESPONSE_CHARS = 4 * 1024 * 1024
+_MAX_BLOCKS = 64
 
 _PYTHON_INFO = frozenset({"python", "py", "python3", "py3", "python2", "ipython"})
 # An opening or closing fence: indentation (a block in a list item is indented, and
@@ -47,13 +55,21 @@ _FENCE = re.compile(r"^([ \t]*)(`{3,})[ \t]*([^`\s]*)[^`]*$")
 
 def parses(source: str) -> bool:
     """Whether `source` is Python the parser accepts (bounded; nothing is run)."""
-    if len(source) > MAX_PROGRAM_CHARS:
-        return False
+    return parse_tree(source) is not None
+
+
+def parse_tree(source: str, max_chars: int = MAX_PROGRAM_CHARS) -> ast.Module | None:
+    """`ast.parse(source)`, or None when it does not parse or is over `max_chars`."""
+    if len(source) > max_chars:
+        return None
     try:
-        ast.parse(source)
+        # The parser warns about code it accepts (`"\d"`, `x is 1`); under an
+        # "error" warnings filter that would turn into a SyntaxError.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False  # ValueError: a null byte; the others: absurd nesting
-    return True
+        return None  # ValueError: a null byte; the others: absurd nesting
 
 
 def _blocks(text: str) -> list[tuple[str, str, bool]]:
@@ -84,7 +100,9 @@ def _body(lines: list[str], indented: bool) -> str:
 
 
 def _fenced_code(text: str) -> str | None:
-    blocks = [b for b in _blocks(text) if b[2] or parses(b[1])]
+    # The last blocks only: the rule picks from the end, and a response of a million
+    # fences must not cost a million parses.
+    blocks = [b for b in _blocks(text)[-_MAX_BLOCKS:] if b[2] or parses(b[1])]
     python = [body for info, body, _closed in blocks if info in _PYTHON_INFO]
     if python:
         return python[-1]
@@ -98,13 +116,8 @@ def _fenced_code(text: str) -> str | None:
 def _defines(source: str, name: str) -> bool:
     """Whether `source` parses and binds `name` at top level (def, class, assignment,
     import)."""
-    if len(source) > MAX_PROGRAM_CHARS:
-        return False
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    for node in tree.body:
+    tree = parse_tree(source)
+    for node in tree.body if tree is not None else ():
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             if node.name == name:
                 return True

@@ -75,6 +75,7 @@ from typing import Any, Literal, TypeGuard
 from workers.code.errors import InvalidTestsError, PlainDataError
 from workers.code.pickled import decode_pickled_tests, looks_pickled
 from workers.code.plain import to_tagged
+from workers.code.program import parse_tree
 
 __all__ = [
     "MAX_TESTS",
@@ -343,10 +344,10 @@ def _case_kind(item: Mapping[str, Any]) -> str:
 def _parse_source(source: str, where: str) -> ast.Module:
     if len(source) > _MAX_TEST_SOURCE:
         raise InvalidTestsError(f"{where}: test code larger than {_MAX_TEST_SOURCE}")
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError):  # ValueError: a null byte
-        raise InvalidTestsError(f"{where}: test code does not parse") from None
+    tree = parse_tree(source, _MAX_TEST_SOURCE)
+    if tree is None:
+        raise InvalidTestsError(f"{where}: test code does not parse")
+    return tree
 
 
 def _assert_suite(
@@ -379,7 +380,7 @@ def _called_name(trees: Sequence[ast.Module], setup_code: str) -> str | None:
     asserts (ties: the first called), not one the setup code defines."""
     defined = {
         node.name
-        for node in ast.walk(ast.parse(setup_code))
+        for node in ast.walk(parse_tree(setup_code, _MAX_TEST_SOURCE) or ast.Pass())
         if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)
     }
     counts: Counter[str] = Counter()
@@ -458,11 +459,8 @@ def _is_docstring(stmt: ast.stmt) -> bool:
 
 def _prompt_imports(prompt: Any) -> str:
     """The prompt's top-level import statements (trusted: the data set wrote them)."""
-    if not isinstance(prompt, str) or len(prompt) > _MAX_TEST_SOURCE:
-        return ""
-    try:
-        tree = ast.parse(prompt)
-    except (SyntaxError, ValueError):
+    tree = parse_tree(prompt, _MAX_TEST_SOURCE) if isinstance(prompt, str) else None
+    if tree is None:
         return ""
     imports = [
         ast.get_source_segment(prompt, node) or ""
