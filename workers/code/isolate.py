@@ -51,6 +51,7 @@ _MS_REC, _MS_PRIVATE = 0x4000, 0x40000
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _EINVAL = 22
+_CAPABILITY_VERSION_3 = 0x20080522
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -142,6 +143,10 @@ def drop_privileges(uid: int, limits: RlimitSet) -> None:
     os.setresuid(uid, uid, uid)
     if os.getuid() != uid or os.geteuid() != uid:
         raise IsolationError(0, "uid change did not take")
+    # The uid change cleared the effective and permitted sets; the inheritable set
+    # (which bwrap's --cap-add fills) is cleared here, so no set holds anything.
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    _check(_libc.capset(header, (ctypes.c_uint32 * 6)()), "clear capabilities")
 
 
 def enter_model_sandbox(uid: int, limits: RlimitSet, tmpfs_bytes: int) -> None:

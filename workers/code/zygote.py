@@ -280,6 +280,9 @@ def main(sock_fd: int) -> None:
         __import__(name)
     import workers.code.harness  # noqa: F401  (warm for the harness zygote's forks)
 
+    # bwrap --clearenv left only the loader path (already used): children get nothing.
+    for name in list(os.environ):
+        del os.environ[name]
     _DEVNULL = os.open("/dev/null", os.O_RDWR)
     os.dup2(_DEVNULL, 0)
     os.dup2(_DEVNULL, 1)
