@@ -44,9 +44,14 @@ Conventions (those of the graders that made the data, so reference programs pass
 - MBPP: `test_list` only (`challenge_test_list` is a harder extra set, not the task's
   tests); `entry_point` is the function the asserts call.
 - HumanEval: a `check` whose body is only asserts is split into one case per assert
-  (partial credit); any other `check` is one case. The prompt's top-level imports go
-  into `setup_code`: the original harness ran the test in the program's namespace,
-  so tests use them (`math.isclose`).
+  (partial credit), leaving out asserts that read no program name (`assert True`);
+  any other `check` is one case.
+- Assert tests ran in the program's namespace in the original harnesses, so they
+  read more than the entry point: `program_names` lists every name they read that
+  neither they, the setup code nor the builtins bind (the entry point first, even
+  when it shadows a builtin, as MBPP's `def sum`); the harness binds each to a proxy
+  of the model's object. Stdlib modules they read unimported (`math.isclose`) and
+  the prompt's top-level imports are added to `setup_code`.
 - Limits from the row: `time_limit` (seconds, `{"seconds", "nanos"}` as CodeContests,
   or text such as "2 seconds"), `time_limit_s`; `memory_limit_bytes`, `memory_limit_mb`,
   `memory_limit` (a number is MB; text such as "256 megabytes"). A float tolerance
@@ -67,6 +72,7 @@ import itertools
 import json
 import math
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -126,6 +132,9 @@ class TestSuite:
     fn_name: str | None = None  # call mode; a `class Solution` method name is allowed
     asserts: tuple[AssertCase, ...] = ()
     entry_point: str | None = None  # assert mode: the name the asserts call
+    # Assert mode: every name the test code reads from the program (entry point first),
+    # each to be bound in the harness to a proxy of the model's object of that name.
+    program_names: tuple[str, ...] = ()
     # Trusted code (MBPP test_setup_code, HumanEval prompt imports): run in the harness
     # and before the program in the model process.
     setup_code: str = ""
@@ -359,30 +368,73 @@ def _assert_suite(
 ) -> TestSuite:
     _check_count(len(sources), where)
     trees = [_parse_source(s, f"{where} test {i}") for i, s in enumerate(sources)]
-    _parse_source(setup_code, f"{where} setup code")
+    setup_tree = _parse_source(setup_code, f"{where} setup code")
     if entry_point is not None and not (
         isinstance(entry_point, str) and entry_point.isidentifier()
     ):
         raise InvalidTestsError(f"{where}: entry_point must be an identifier")
+    entry = entry_point or _called_name(trees, _bound_names(setup_tree))
+    unbound = _unbound_names(trees, setup_tree, entry)
+    modules = [name for name in unbound if name in sys.stdlib_module_names]
+    imports = "".join(f"import {name}\n" for name in modules)
     return TestSuite(
         mode="assert",
         asserts=tuple(AssertCase(source=s) for s in sources),
-        entry_point=entry_point or _called_name(trees, setup_code),
-        setup_code=setup_code,
+        entry_point=entry,
+        program_names=tuple(name for name in unbound if name not in modules),
+        setup_code=_joined(setup_code, imports),
     )
 
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
 
-def _called_name(trees: Sequence[ast.Module], setup_code: str) -> str | None:
+def _joined(code: str, more: str) -> str:
+    if not more or not code.strip():
+        return more or code
+    return f"{code.rstrip()}\n{more}"
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """The names code binds itself: defs, classes, imports, assignments, parameters."""
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return bound
+
+
+def _unbound_names(
+    trees: Sequence[ast.Module], setup_tree: ast.Module, entry_point: str | None
+) -> list[str]:
+    """Names the tests read but neither they, the setup code nor the builtins bind:
+    the program's (the entry point first), or stdlib modules the program imported
+    when the original harness ran tests in the program's namespace."""
+    bound = _bound_names(setup_tree).union(*(_bound_names(t) for t in trees))
+    found = dict.fromkeys([entry_point] if entry_point else [])
+    for tree in trees:
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Name)
+                and isinstance(node.ctx, ast.Load)
+                and node.id not in bound
+                and node.id not in _BUILTIN_NAMES
+            ):
+                found[node.id] = None
+    return list(found)
+
+
+def _called_name(trees: Sequence[ast.Module], defined: set[str]) -> str | None:
     """The function MBPP-style asserts test: the non-builtin name called by the most
     asserts (ties: the first called), not one the setup code defines."""
-    defined = {
-        node.name
-        for node in ast.walk(parse_tree(setup_code, _MAX_TEST_SOURCE) or ast.Pass())
-        if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)
-    }
     counts: Counter[str] = Counter()
     for tree in trees:
         called = [
@@ -390,10 +442,8 @@ def _called_name(trees: Sequence[ast.Module], setup_code: str) -> str | None:
             for node in ast.walk(tree)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
         ]
-        counts.update(list(dict.fromkeys(n for n in called if n not in _BUILTIN_NAMES)))
-    for name in list(counts):
-        if name in defined:
-            del counts[name]
+        names = (n for n in called if n not in _BUILTIN_NAMES and n not in defined)
+        counts.update(list(dict.fromkeys(names)))
     return counts.most_common(1)[0][0] if counts else None
 
 
@@ -420,33 +470,59 @@ def _is_check_def(node: ast.stmt) -> TypeGuard[ast.FunctionDef]:
 
 def _split_check(test: str, tree: ast.Module, entry_point: str) -> list[str] | None:
     """One source per assert of a `check` made of asserts only (each keeps the test
-    module around it); None when `check` is anything else."""
+    module around it); None when `check` is anything else (it stays one case).
+
+    Asserts that name neither the candidate nor the entry point (HumanEval's
+    `assert True, "This prints if this assert fails"`) test nothing and would pass
+    as cases of their own: they are left out of the split."""
     checks = [node for node in tree.body if _is_check_def(node)]
-    if len(checks) != 1:
+    body = _assert_body(checks[0]) if len(checks) == 1 else None
+    if body is None:
         return None
     check = checks[0]
-    body = list(check.body)
-    if body and _is_docstring(body[0]):
-        body = body[1:]
-    if len(body) < 2 or not all(isinstance(stmt, ast.Assert) for stmt in body):
+    params = {arg.arg for arg in check.args.args}
+    # Every name a test reads that the test does not bind is the program's.
+    program = _unbound_names([tree], ast.Module(body=[], type_ignores=[]), None)
+    wanted = params | set(program) | {entry_point}  # MBPP's `def sum` shadows a builtin
+    kept = [stmt for stmt in body if _names(stmt) & wanted]
+    if len(kept) < 2:
         return None
     lines = test.splitlines(keepends=True)
     first = check.decorator_list[0].lineno if check.decorator_list else check.lineno
-    header_end = body[0].lineno - 1  # the lines of `def check(...):` (and docstring)
-    spans = [(stmt.lineno - 1, stmt.end_lineno or stmt.lineno) for stmt in body]
-    if spans[0][0] < check.body[0].lineno - 1 or any(
-        a[1] > b[0] for a, b in itertools.pairwise(spans)
-    ):
-        return None  # statements share a line: keep it whole
-    if check.body[0].lineno == check.lineno:
-        return None  # `def check(c): assert ...` on one line
-    before, after = lines[: first - 1], lines[check.end_lineno or len(lines) :]
-    header = lines[first - 1 : header_end]
+    header = lines[first - 1 : body[0].lineno - 1]  # `def check(...):`, docstring
+    after = lines[check.end_lineno or len(lines) :]
     call = f"\ncheck({entry_point})\n"
     return [
-        "".join(before + header + lines[start:end] + after).rstrip() + "\n" + call
-        for start, end in spans
+        "".join(
+            lines[: first - 1]
+            + header
+            + lines[stmt.lineno - 1 : stmt.end_lineno]
+            + after
+        ).rstrip()
+        + "\n"
+        + call
+        for stmt in kept
     ]
+
+
+def _assert_body(check: ast.FunctionDef) -> list[ast.stmt] | None:
+    """The asserts of `check` (after a docstring), each on lines of its own; None
+    when the body holds anything else or statements share a line."""
+    body = list(check.body)
+    if body and _is_docstring(body[0]):
+        body = body[1:]
+    if not body or not all(isinstance(stmt, ast.Assert) for stmt in body):
+        return None
+    if check.body[0].lineno == check.lineno:
+        return None  # `def check(c): assert ...` on one line
+    spans = [(stmt.lineno, stmt.end_lineno or stmt.lineno) for stmt in check.body]
+    if any(a[1] >= b[0] for a, b in itertools.pairwise(spans)):
+        return None  # `assert a; assert b`
+    return body
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -753,6 +829,7 @@ def suite_key(suite: TestSuite) -> str:
         "fn_name": suite.fn_name,
         "asserts": [c.source for c in suite.asserts],
         "entry_point": suite.entry_point,
+        "program_names": list(suite.program_names),
         "setup_code": suite.setup_code,
         "float_tol": suite.float_tol,
         "time_limit_s": suite.time_limit_s,

@@ -50,7 +50,7 @@ def test_mbpp_sanitized_humaneval_format() -> None:
     suites = [parse_suite(row) for row in data]
     assert len(suites) == 427
     assert {s.mode for s in suites} == {"assert"}
-    assert sum(len(s) for s in suites) == 1324
+    assert sum(len(s) for s in suites) == 1322
     for row, suite in zip(data, suites, strict=True):
         entry = row["entry_point"].strip()  # two rows carry a trailing space
         assert suite.entry_point == entry
@@ -60,10 +60,28 @@ def test_mbpp_sanitized_humaneval_format() -> None:
             assert isinstance(last, ast.Expr)
             assert ast.unparse(last) == f"check({entry})"
             assert sum(isinstance(n, ast.Assert) for n in ast.walk(tree)) >= 1
+        assert suite.program_names[0] == entry
     # Checks made of plain asserts are split one case per assert, keeping each assert.
     asserts_in_data = sum(row["test"].count("assert ") for row in data)
     asserts_in_cases = sum(c.source.count("assert ") for s in suites for c in s.asserts)
     assert asserts_in_cases == asserts_in_data
+
+
+def test_mbpp_sanitized_tests_calling_other_program_functions() -> None:
+    # The HumanEval way ran the test in the program's namespace: some tests call a
+    # function of the reference other than the entry point; the harness must bind it.
+    data = {row["task_id"]: row for row in rows("mbpp_sanitized.jsonl")}
+    suite = parse_suite(data["MbppEval/6"])  # entry_point "is_Power_Of_Two "
+    assert suite.program_names == ("is_Power_Of_Two", "differ_At_One_Bit_Pos")
+    assert len(suite) == 6
+    others = [r for r in data.values() if len(parse_suite(r).program_names) > 1]
+    assert len(others) == 10
+    # `def sum` in the program shadows the builtin the test calls: still split.
+    assert parse_suite(data["MbppEval/126"]).program_names == ("sum",)
+    assert len(parse_suite(data["MbppEval/126"])) == 3
+    # The program's `check` collides with the test's own: kept whole (it cannot pass
+    # the HumanEval way either).
+    assert len(parse_suite(data["MbppEval/56"])) == 1
 
 
 def test_mbpp_sanitized_prompt_imports_become_setup_code() -> None:
@@ -74,8 +92,13 @@ def test_mbpp_sanitized_prompt_imports_become_setup_code() -> None:
     with_imports = [r for r in data.values() if parse_suite(r).setup_code]
     for row in with_imports:
         for line in parse_suite(row).setup_code.splitlines():
-            assert line in row["prompt"]
             assert line.startswith(("import ", "from "))
+            # From the prompt, or a stdlib module the test reads without importing
+            # (it ran in the program's namespace, where the program imported it).
+            assert line in row["prompt"] or line.split()[1] in row["test"]
+    # MbppEval/98's test reads math.isclose; its prompt imports nothing.
+    multiply = next(r for r in data.values() if r["entry_point"] == "multiply_num")
+    assert parse_suite(multiply).setup_code == "import math\n"
 
 
 def test_mbpp_split_case_keeps_one_assert_and_the_module() -> None:
@@ -104,6 +127,7 @@ def test_mbpp_samples_test_list_format() -> None:
         }
         assert suite.entry_point in defined
         assert suite.setup_code == row["labels"]["test_setup_code"]
+        assert suite.program_names == (suite.entry_point,)
 
 
 def test_codecontests_samples_sandboxfusion_test_field() -> None:
@@ -281,6 +305,7 @@ SHAPES: dict[str, tuple[dict[str, Any], TestSuite]] = {
                 AssertCase(source="assert f(2) == 3"),
             ),
             entry_point="f",
+            program_names=("f",),
         ),
     ),
     "verl assert_case beside empty inputs/outputs": (
@@ -298,6 +323,7 @@ SHAPES: dict[str, tuple[dict[str, Any], TestSuite]] = {
                 AssertCase(source="assert f(0) == 1"),
             ),
             entry_point="f",
+            program_names=("f",),
         ),
     ),
     "PrimeIntellect verification_info": (
@@ -403,6 +429,7 @@ SHAPES: dict[str, tuple[dict[str, Any], TestSuite]] = {
             mode="assert",
             asserts=(AssertCase(source=LOOP_CHECK + "\ncheck(ident)\n"),),
             entry_point="ident",
+            program_names=("ident",),
         ),
     ),
     "HumanEval METADATA and a docstring kept around the split asserts": (
@@ -418,6 +445,7 @@ SHAPES: dict[str, tuple[dict[str, Any], TestSuite]] = {
                 AssertCase(source=HEAD + ASSERT_2 + "\ncheck(ident)\n"),
             ),
             entry_point="ident",
+            program_names=("ident",),
             setup_code="from typing import List\nimport math\n",
         ),
     ),
@@ -433,6 +461,7 @@ SHAPES: dict[str, tuple[dict[str, Any], TestSuite]] = {
                 AssertCase(source="assert len(f(2)) == 3"),
             ),
             entry_point="f",
+            program_names=("f",),
             setup_code="import math",
         ),
     ),
@@ -445,7 +474,21 @@ SHAPES: dict[str, tuple[dict[str, Any], TestSuite]] = {
             mode="assert",
             asserts=(AssertCase(source="assert helper(f(1)) == 2"),),
             entry_point="f",
+            program_names=("f",),
             setup_code="def helper(x):\n    return x\n",
+        ),
+    ),
+    "program functions and stdlib modules the tests read": (
+        {"test_list": ["assert f(1) == helper(2)", "assert math.isclose(f(0.5), 1)"]},
+        TestSuite(
+            mode="assert",
+            asserts=(
+                AssertCase(source="assert f(1) == helper(2)"),
+                AssertCase(source="assert math.isclose(f(0.5), 1)"),
+            ),
+            entry_point="f",
+            program_names=("f", "helper"),
+            setup_code="import math\n",
         ),
     ),
     "top-level assert_case string": (
@@ -454,6 +497,7 @@ SHAPES: dict[str, tuple[dict[str, Any], TestSuite]] = {
             mode="assert",
             asserts=(AssertCase(source="assert f(1) == 2\nassert f(2) == 3"),),
             entry_point="f",
+            program_names=("f",),
         ),
     ),
 }
