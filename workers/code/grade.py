@@ -46,6 +46,7 @@ class CodeLimits:
     memory_bytes: int = 1 << 30  # address space of the model process (the cap)
     output_bytes: int = 4 << 20  # stdout kept per test; more is `output_limit`
     processes: int = 16  # processes and threads the model may run at once
+    startup_s: float = 1.0  # extra wall time to load the program (first test)
 
     def for_suite(self, suite: TestSuite) -> RunLimits:
         time_limit = suite.time_limit_s or self.time_limit_s
@@ -58,6 +59,7 @@ class CodeLimits:
             memory_bytes=min(memory + (64 << 20), self.memory_bytes),
             output_bytes=self.output_bytes,
             processes=self.processes,
+            startup_s=self.startup_s,
         )
 
 

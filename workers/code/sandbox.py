@@ -73,6 +73,14 @@ class RunLimits:
     max_value_bytes: int = 4 * 1024 * 1024  # one value on the harness/model channel
 
 
+def _check_privileges() -> None:
+    if os.geteuid() != 0:
+        raise SandboxUnavailableError(
+            "the code sandbox needs root (CAP_SYS_ADMIN and CAP_SETUID) to give"
+            " each rollout fresh namespaces and its own uid"
+        )
+
+
 class SlotLease:
     """A machine-wide slot number held with `flock`, naming this worker's two uids.
 
@@ -82,7 +90,10 @@ class SlotLease:
     """
 
     def __init__(self, slot_dir: Path) -> None:
-        slot_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            slot_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SandboxUnavailableError(f"no slot directory: {exc}") from None
         for slot in range(MAX_SLOTS):
             fd = os.open(slot_dir / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
@@ -179,11 +190,6 @@ class _Zygote:
     """One bwrap'd zygote process and the socket to it."""
 
     def __init__(self, role: str) -> None:
-        if os.geteuid() != 0:
-            raise SandboxUnavailableError(
-                "the code sandbox needs root (CAP_SYS_ADMIN and CAP_SETUID) to give"
-                " each rollout fresh namespaces and its own uid"
-            )
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(  # bwrap hands the socket on to the zygote
@@ -258,6 +264,7 @@ class CodeSandbox:
             self._model = self._harness = self._lease = None
             self._owner = os.getpid()
         try:
+            _check_privileges()
             if self._lease is None:
                 self._lease = SlotLease(self._slot_dir)
             if self._model is None:
