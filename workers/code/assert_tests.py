@@ -9,6 +9,9 @@ module decides, for the harness that runs the cases:
   the builtins bind (the original harnesses ran tests in the program's namespace, so
   MBPP tests call reference helpers, and `def sum` shadows the builtin) — the entry
   point first; the harness binds each to a proxy of the model's object;
+- refusal (`InvalidTestsError`) of test code that checks nothing when run: only
+  definitions (a `check` never called, pytest-style `def test_*` functions) would
+  pass every program;
 - `setup_code`: the row's own, plus the prompt's top-level imports and the stdlib
   modules the tests read without importing them (`math.isclose`).
 """
@@ -52,6 +55,12 @@ def assert_suite(
 ) -> TestSuite:
     check_count(len(sources), where)
     trees = [_parse_source(s, f"{where} test {i}") for i, s in enumerate(sources)]
+    for i, tree in enumerate(trees):
+        if not _runs_a_check(tree):
+            raise InvalidTestsError(
+                f"{where} test {i}: the code only defines things and checks nothing "
+                "(a `check` never called, pytest-style `def test_*`?)"
+            )
     setup_tree = _parse_source(setup_code, f"{where} setup code")
     if entry_point is not None and not (
         isinstance(entry_point, str) and entry_point.isidentifier()
@@ -71,6 +80,25 @@ def assert_suite(
 
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+_DEFINITIONS = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Import,
+    ast.ImportFrom,
+)
+
+
+def _runs_a_check(tree: ast.Module) -> bool:
+    """Whether running the test code can fail: some top-level statement (outside a
+    def or class) asserts, raises or calls something. A test module that only
+    defines `check` or `test_*` functions would pass every program."""
+    return any(
+        isinstance(node, ast.Assert | ast.Raise | ast.Call)
+        for stmt in tree.body
+        if not isinstance(stmt, _DEFINITIONS)
+        for node in ast.walk(stmt)
+    )
 
 
 def _joined(code: str, more: str) -> str:

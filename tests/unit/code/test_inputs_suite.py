@@ -643,6 +643,15 @@ MALFORMED: dict[str, dict[str, Any]] = {
     },
     "a null byte in test code": {"test_list": ["assert f(1) == 2\x00"]},
     "assert_case empty": {"assert_case": []},
+    "test code that never calls its check": {
+        "test": "def check(candidate):\n    assert candidate(1) == 2\n"
+    },
+    "pytest-style test functions never called": {
+        "assert_case": [
+            "from solution import f\n\ndef test_f():\n    assert f(1) == 2\n"
+        ]
+    },
+    "an MBPP entry that only imports": {"test_list": ["import math"]},
     "assert_case of numbers": {"assert_case": [1]},
     "assert_case with expected outputs too": {
         "tests": {"assert_case": ["assert f(1)"], "inputs": [""], "outputs": ["1"]}
