@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -113,6 +114,15 @@ def _type_name(kind: type) -> str:
 
 def _tag_items(items: Any, depth: int, budget: _Budget) -> list[Any]:
     budget.take(len(items))
+    # Fast path (a list of ints or of strings is the usual result): the type check
+    # and the int bound run in C over the whole container.
+    kinds = set(map(type, items))
+    if kinds <= _TEXTS_AND_FLOATS:
+        return list(items)
+    if kinds <= _INTS and (
+        not items or max(map(int.bit_length, items)) <= _MAX_INT_BITS
+    ):
+        return list(items)
     return [_tag(item, depth, budget) for item in items]
 
 
@@ -156,6 +166,9 @@ def _tag_complex(value: complex, depth: int, budget: _Budget) -> Any:
 
 
 _SCALARS = (int, float, str, bool)
+_TEXTS_AND_FLOATS = frozenset({str, float, bool, type(None)})
+_INTS = frozenset({int, bool})
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _TAGGERS: dict[type, Callable[[Any, int, _Budget], Any]] = {
     list: _tag_list,
     tuple: _tag_tuple,
@@ -175,6 +188,9 @@ def encode_plain(value: Any, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     return text.encode("ascii")
 
 
+_LONG_DIGITS = re.compile(f"[0-9]{{{MAX_INT_DIGITS + 1}}}")
+
+
 def _bounded_int(text: str) -> int:
     if len(text) > MAX_INT_DIGITS + 1:  # + 1: a minus sign
         raise PlainDataError(f"int with more than {MAX_INT_DIGITS} digits")
@@ -188,7 +204,11 @@ def decode_plain(data: bytes, max_bytes: int) -> Any:
     if len(data) > max_bytes:
         raise PlainDataError(f"channel data larger than {max_bytes} bytes")
     try:
-        tree = json.loads(data.decode("utf-8"), parse_int=_bounded_int)
+        text = data.decode("utf-8")
+        # Integers are bounded before conversion; the per-int hook is only needed
+        # when some digit run is that long (most data never has one).
+        hook = _bounded_int if _LONG_DIGITS.search(text) else None
+        tree = json.loads(text, parse_int=hook)
     except PlainDataError:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
@@ -206,6 +226,8 @@ def _untag(node: Any, depth: int) -> Any:
     if kind is list:
         if depth >= MAX_DEPTH:
             raise PlainDataError(f"nesting deeper than {MAX_DEPTH}")
+        if set(map(type, node)) <= _JSON_SCALARS:  # nothing to untag (checked in C)
+            return node
         return [_untag(item, depth + 1) for item in node]
     if kind is dict:
         if depth >= MAX_DEPTH:

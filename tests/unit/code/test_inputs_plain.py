@@ -327,3 +327,25 @@ def test_tagged_tree_is_json() -> None:
     value = {"k": (1, {2}), 3: b"x"}
     tree = to_tagged(value)
     assert from_tagged(json.loads(json.dumps(tree))) == value
+
+
+def test_long_digit_strings_are_text_not_ints() -> None:
+    digits = "7" * (MAX_INT_DIGITS + 10)
+    assert roundtrip(digits) == digits
+    assert roundtrip([digits, 1, [2]]) == [digits, 1, [2]]
+
+
+def test_fast_paths_keep_the_checks() -> None:
+    # Lists of scalars skip the per-item walk; the bounds and exact types still hold.
+    with pytest.raises(PlainDataError):
+        encode_plain([1, 2, 10**MAX_INT_DIGITS])
+    with pytest.raises(PlainDataError):
+        encode_plain(["a", StrSub("b")])
+    with pytest.raises(PlainDataError):
+        encode_plain([1.5, FloatSub(2.5)])
+    assert roundtrip([True, 1, False, 0]) == [True, 1, False, 0]
+    assert [type(v) for v in roundtrip([True, 1])] == [bool, int]
+
+
+class FloatSub(float):
+    pass
