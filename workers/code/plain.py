@@ -3,10 +3,13 @@
 Only values built from exact builtin types cross the channel: `None`, `bool`, `int`
 (at most `MAX_INT_DIGITS` decimal digits), `float` (nan and infinities included),
 `complex`, `str`, `bytes`, `list`, `tuple`, `dict`, `set` and `frozenset`, nested at
-most `MAX_DEPTH` deep. The check is `type(x) is int`, never `isinstance`: a subclass
-of a builtin or any user-defined object (one whose `__eq__` always returns True, one
-that lies about its type) is refused with `PlainDataError`, so no object the model
-made ever reaches a comparison on the trusted side. Cycles are refused by the depth
+most `MAX_DEPTH` deep; `collections.Counter`, `OrderedDict` and `defaultdict` (exact
+classes) are sent as the plain dict of their items (Python compares them equal to a
+dict; MBPP's references return Counters), and arrive as `dict`. The check is
+`type(x) is int`, never `isinstance`: a subclass of a builtin or any user-defined
+object (one whose `__eq__` always returns True, one that lies about its type) is
+refused with `PlainDataError`, so no object the model made ever reaches a comparison
+on the trusted side. Cycles are refused by the depth
 bound. Pickle is never used: decoding builds only the types above.
 
 Encoding: compact ASCII JSON. `None`, `bool`, `int`, `float`, `str` and `list` are
@@ -33,6 +36,7 @@ import base64
 import binascii
 import json
 import re
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -149,9 +153,12 @@ def _tag_frozenset(value: frozenset[Any], depth: int, budget: _Budget) -> Any:
 
 def _tag_dict(value: dict[Any, Any], depth: int, budget: _Budget) -> Any:
     budget.take(2 * len(value))
+    # `dict.items`, not `value.items`: a Counter's methods can be patched by the code
+    # that made it; the dict's own storage cannot.
     return {
         "d": [
-            [_tag(k, depth, budget), _tag(v, depth, budget)] for k, v in value.items()
+            [_tag(k, depth, budget), _tag(v, depth, budget)]
+            for k, v in dict.items(value)
         ]
     }
 
@@ -175,6 +182,12 @@ _TAGGERS: dict[type, Callable[[Any, int, _Budget], Any]] = {
     set: _tag_set,
     frozenset: _tag_frozenset,
     dict: _tag_dict,
+    # The stdlib's dict kinds travel as plain dicts (exact classes only, read through
+    # `dict.items`): Python compares them equal to dicts, and MBPP references return
+    # Counters where the tests expect dicts.
+    Counter: _tag_dict,
+    OrderedDict: _tag_dict,
+    defaultdict: _tag_dict,
     bytes: _tag_bytes,
     complex: _tag_complex,
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from typing import Any
 
 import pytest
@@ -192,8 +192,8 @@ REFUSED: dict[str, Any] = {
     "subclass as a dict value": {"k": AlwaysEqual()},
     "subclass in a set": {IntSub(1)},
     "subclass in a tuple": (1, StrSub("x")),
-    "OrderedDict": OrderedDict(a=1),
-    "defaultdict": defaultdict(int),
+    "Counter subclass": type("C", (Counter,), {})(a=1),
+    "OrderedDict subclass": type("O", (OrderedDict,), {})(a=1),
     "bytearray": bytearray(b"x"),
     "a function": len,
     "a type": int,
@@ -217,6 +217,28 @@ def test_isinstance_would_have_been_fooled() -> None:
     assert isinstance(LyingClass(), int)
     with pytest.raises(PlainDataError):
         encode_plain(LyingClass())
+
+
+def test_stdlib_dict_kinds_arrive_as_plain_dicts() -> None:
+    for value in (Counter("abca"), OrderedDict(b=1, a=2), defaultdict(list, k=[1])):
+        decoded = roundtrip(value)
+        assert type(decoded) is dict
+        assert decoded == dict(value)
+
+
+def test_patched_counter_methods_are_not_used() -> None:
+    class Lying(Counter):  # type: ignore[type-arg]
+        pass
+
+    value = Counter(a=1)
+    original = Counter.items
+    Counter.items = lambda self: [("forged", 1)]  # type: ignore[method-assign]
+    try:
+        assert roundtrip(value) == {"a": 1}
+    finally:
+        Counter.items = original  # type: ignore[method-assign]
+    with pytest.raises(PlainDataError):
+        encode_plain(Lying(a=1))
 
 
 def test_cycles_are_refused() -> None:
