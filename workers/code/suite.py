@@ -15,11 +15,13 @@ Three modes:
 Row shapes read (each field a JSON object or a JSON string of one; the first found
 wins, in this order):
 - `input_output` (APPS/TACO), `verifier_metadata.unit_tests` (NeMo Gym), `tests`
-  (DeepCoder and others), `reward_model.ground_truth` / `ground_truth` (verl
-  prime_code): `{"inputs": [...], "outputs": [...], "fn_name"?}` -> stdio, or call
-  with `fn_name`; the same fields holding verl's `{"assert_case": [...]}` (a list of
-  test sources, or one) -> assert; `tests` / `ground_truth` as a list of
-  `{"input", "output"}` -> stdio;
+  (DeepCoder and others), `official_tests` (open-r1 Codeforces),
+  `reward_model.ground_truth` / `ground_truth` (verl prime_code):
+  `{"inputs": [...], "outputs": [...], "fn_name"?}` -> stdio, or call with `fn_name`
+  (or the row's `fn_name` / `func_name` / `metadata.func_name`); the same fields
+  holding verl's `{"assert_case": [...]}` (a list of test sources, or one) -> assert;
+  a list of `{"input", "output"}` (`testtype`/`type` functional -> call) -> stdio;
+  test code (with `entry_point`: HumanEval, as `test` below) -> assert;
 - `verification_info.test_cases` (PrimeIntellect):
   `[{"input", "output", "type", "fn_name"?}]` -> stdio, or call for `function_call`;
 - `public_tests`, `private_tests`, `generated_tests` (CodeContests, those present
@@ -190,7 +192,7 @@ def _call_suite(
     return TestSuite(mode="call", calls=cases, fn_name=fn_name)
 
 
-def _io_suite(spec: Any, where: str) -> TestSuite:
+def _io_suite(spec: Any, where: str, row_fn_name: str | None = None) -> TestSuite:
     """`{"inputs", "outputs", "fn_name"?}` or verl's `{"assert_case": [...]}`."""
     if not isinstance(spec, Mapping):
         raise InvalidTestsError(f"{where}: expected an object with inputs and outputs")
@@ -204,7 +206,7 @@ def _io_suite(spec: Any, where: str) -> TestSuite:
             f"{where}: {len(inputs)} inputs but {len(outputs)} outputs"
         )
     pairs = list(zip(inputs, outputs, strict=True))
-    fn_name = _fn_name(spec.get("fn_name"), where)
+    fn_name = _fn_name(spec.get("fn_name") or row_fn_name, where)
     if fn_name is not None:
         return _call_suite(pairs, fn_name, where)
     return _stdio_suite(pairs, where)
@@ -243,14 +245,38 @@ def _pair_list(items: Any, where: str) -> list[tuple[Any, Any]]:
     return pairs
 
 
-def _tests_value(value: Any, where: str) -> TestSuite:
-    """A tests field in any of the JSON shapes above."""
+def _tests_value(value: Any, where: str, fn_name: str | None = None) -> TestSuite:
+    """A tests field in any of the JSON shapes above (`fn_name`: the row's own, for
+    shapes that leave it out of the tests)."""
     value = _json(value, where)
     if isinstance(value, Mapping) and "input_output" in value:
-        return _io_suite(_json(value["input_output"], where), where)
+        return _io_suite(_json(value["input_output"], where), where, fn_name)
     if isinstance(value, list):
-        return _case_list(value, fn_name=None, where=where)
-    return _io_suite(value, where)
+        return _case_list(value, fn_name=fn_name, where=where)
+    return _io_suite(value, where, fn_name)
+
+
+def _test_field(value: Any, row: Mapping[str, Any], where: str) -> TestSuite:
+    """A `test`/`tests`-like field: JSON tests, pickled tests, or test code."""
+    fn_name = _row_fn_name(row)
+    if not isinstance(value, str) or value.lstrip().startswith(("[", "{")):
+        return _tests_value(value, where, fn_name)
+    if looks_pickled(value):
+        return _tests_value(decode_pickled_tests(value), f"{where} (pickled)", fn_name)
+    entry_point = row.get("entry_point") or _dig(row, "metadata.entry_point")
+    if entry_point is not None:
+        return humaneval_suite(value, entry_point, row.get("prompt"), where)
+    return assert_suite([value], where=where)  # one test program (verl style)
+
+
+def _row_fn_name(row: Mapping[str, Any]) -> str | None:
+    """The function name a row gives beside its tests (DeepCoder and LiveCodeBench
+    keep it in `metadata`)."""
+    for path in ("fn_name", "func_name", "metadata.func_name", "metadata.fn_name"):
+        value = _dig(row, path)
+        if value:
+            return _fn_name(value, path)
+    return None
 
 
 def _case_list(items: list[Any], fn_name: str | None, where: str) -> TestSuite:
@@ -285,11 +311,14 @@ def _case_kind(item: Mapping[str, Any]) -> str:
 
 
 def _read_io_fields(row: Mapping[str, Any]) -> TestSuite | None:
-    for path in ("input_output", "verifier_metadata.unit_tests", "tests"):
+    for path in _IO_FIELDS:
         value = _dig(row, path)
         if value is not None:
-            return _tests_value(value, path)
+            return _test_field(value, row, path)
     return None
+
+
+_IO_FIELDS = ("input_output", "verifier_metadata.unit_tests", "tests", "official_tests")
 
 
 def _read_ground_truth(row: Mapping[str, Any]) -> TestSuite | None:
@@ -374,21 +403,14 @@ def _read_livecodebench(row: Mapping[str, Any]) -> TestSuite | None:
         if not isinstance(value, list):
             raise InvalidTestsError(f"{name}: expected a list of tests")
         items.extend(value)
-    fn_name = _dig(row, "metadata.func_name")
-    return _case_list(items, fn_name=fn_name, where="public/private_test_cases")
+    return _case_list(
+        items, fn_name=_row_fn_name(row), where="public/private_test_cases"
+    )
 
 
 def _read_test(row: Mapping[str, Any]) -> TestSuite | None:
     test = row.get("test")
-    if test is None:
-        return None
-    if not isinstance(test, str) or test.lstrip().startswith(("[", "{")):
-        return _tests_value(test, "test")
-    if looks_pickled(test):
-        return _tests_value(decode_pickled_tests(test), "test (pickled)")
-    if row.get("entry_point") is not None:
-        return humaneval_suite(test, row["entry_point"], row.get("prompt"), "test")
-    return assert_suite([test], where="test")  # one test program (verl style)
+    return None if test is None else _test_field(test, row, "test")
 
 
 def _read_test_list(row: Mapping[str, Any]) -> TestSuite | None:
@@ -425,6 +447,7 @@ _CODE_FIELDS = frozenset(
     {
         "input_output",
         "tests",
+        "official_tests",
         "verification_info",
         *_CODECONTESTS,
         "public_test_cases",

@@ -491,6 +491,53 @@ SHAPES: dict[str, tuple[dict[str, Any], TestSuite]] = {
             setup_code="import math\n",
         ),
     ),
+    "DeepCoder tests list with metadata.func_name": (
+        {
+            "tests": json.dumps(
+                [
+                    {"input": "[1, 2]\n3", "output": "[3]", "testtype": "functional"},
+                    {"input": '"a"', "output": '"b"', "testtype": "functional"},
+                ]
+            ),
+            "metadata": {"func_name": "f"},
+        },
+        TestSuite(mode="call", fn_name="f", calls=LCB_CALLS),
+    ),
+    "input_output with the row's fn_name": (
+        {
+            "input_output": {
+                "inputs": LCB_CALL["inputs"],
+                "outputs": LCB_CALL["outputs"],
+            },
+            "fn_name": "f",
+        },
+        TestSuite(mode="call", fn_name="f", calls=LCB_CALLS),
+    ),
+    "tests as HumanEval code": (
+        {"tests": LOOP_CHECK, "metadata": {"entry_point": "ident"}},
+        TestSuite(
+            mode="assert",
+            asserts=(AssertCase(source=LOOP_CHECK + "\ncheck(ident)\n"),),
+            entry_point="ident",
+            program_names=("ident",),
+        ),
+    ),
+    "open-r1 Codeforces official_tests": (
+        {
+            "official_tests": [
+                {"input": "1 2\n", "output": "3\n"},
+                {"input": "3 4\n", "output": "7\n"},
+            ],
+            "time_limit": 2.0,
+            "memory_limit": 256,
+        },
+        TestSuite(
+            mode="stdio",
+            stdio=STDIO_CASES,
+            time_limit_s=2.0,
+            memory_limit_bytes=256 << 20,
+        ),
+    ),
     "top-level assert_case string": (
         {"assert_case": "assert f(1) == 2\nassert f(2) == 3"},
         TestSuite(
