@@ -10,6 +10,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workers.code.compare import call_matches, stdout_matches, values_equal
 from workers.code.suite import CallCase
@@ -242,3 +244,35 @@ def test_call_matches_accepts_apps_unwrapped_result() -> None:
     plain = CallCase(args=(1,), expected=[3])
     assert call_matches([3], plain, None)
     assert not call_matches(3, plain, None)
+
+
+_LINE = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+    max_size=20,
+)
+
+
+@given(st.lists(_LINE, max_size=20))
+def test_an_output_always_matches_itself(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    assert stdout_matches(text, text, None)
+    assert stdout_matches(text + "\n\n", text, None)
+
+
+@given(st.lists(_LINE.filter(lambda s: s.strip() != ""), min_size=1, max_size=20))
+def test_a_missing_or_extra_nonblank_line_never_matches(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    assert not stdout_matches("\n".join(lines[:-1]), text, None)
+    assert not stdout_matches(text + "\nextra", text, None)
+
+
+@given(st.lists(st.integers(-(10**30), 10**30), min_size=1, max_size=30), st.data())
+def test_changing_one_integer_never_matches(
+    numbers: list[int], data: st.DataObject
+) -> None:
+    index = data.draw(st.integers(0, len(numbers) - 1))
+    changed = list(numbers)
+    changed[index] += data.draw(st.integers(1, 10**6))
+    expected = " ".join(map(str, numbers))
+    assert stdout_matches(expected, expected, None)
+    assert not stdout_matches(" ".join(map(str, changed)), expected, None)
