@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import io
 import itertools
 import sys
 from collections import Counter
@@ -182,7 +183,7 @@ def _split_check(test: str, tree: ast.Module, entry_point: str) -> list[str] | N
     """One source per assert of a `check` made of asserts only (each keeps the test
     module around it); None when `check` is anything else (it stays one case).
 
-    Asserts that name neither the candidate nor the entry point (HumanEval's
+    Asserts that read neither the candidate nor any program name (HumanEval's
     `assert True, "This prints if this assert fails"`) test nothing and would pass
     as cases of their own: they are left out of the split."""
     checks = [node for node in tree.body if _is_check_def(node)]
@@ -197,7 +198,9 @@ def _split_check(test: str, tree: ast.Module, entry_point: str) -> list[str] | N
     kept = [stmt for stmt in body if _names(stmt) & wanted]
     if len(kept) < 2:
         return None
-    lines = test.splitlines(keepends=True)
+    # The parser's line breaks only (`str.splitlines` also breaks at \f and \u2028,
+    # which may sit inside a string literal).
+    lines = io.StringIO(test, newline="").readlines()
     first = check.decorator_list[0].lineno if check.decorator_list else check.lineno
     header = lines[first - 1 : body[0].lineno - 1]  # `def check(...):`, docstring
     after = lines[check.end_lineno or len(lines) :]

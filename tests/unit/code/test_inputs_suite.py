@@ -557,6 +557,33 @@ def test_documented_shapes(name: str) -> None:
     assert parse_suite(row) == expected
 
 
+def test_split_keeps_odd_line_breaks_inside_strings() -> None:
+    test = (
+        "def check(candidate):\n"
+        "    assert candidate('a\u2028b\x0cc') == 1\n"
+        "    assert candidate('x') == 2\n"
+    )
+    suite = parse_suite({"test": test, "entry_point": "f"})
+    head = "def check(candidate):\n"
+    assert [c.source for c in suite.asserts] == [
+        head + "    assert candidate('a\u2028b\x0cc') == 1\n\ncheck(f)\n",
+        head + "    assert candidate('x') == 2\n\ncheck(f)\n",
+    ]
+
+
+def test_humaneval_debug_asserts_are_left_out_of_the_split() -> None:
+    test = (
+        "def check(candidate):\n"
+        "    assert True, 'This prints if this assert fails 1'\n"
+        "    assert candidate(1) == 1\n"
+        "    assert candidate(2) == 2\n"
+        "    assert True\n"
+    )
+    suite = parse_suite({"test": test, "entry_point": "f"})
+    assert len(suite) == 2
+    assert all("assert True" not in c.source for c in suite.asserts)
+
+
 def test_first_shape_wins_in_documented_order() -> None:
     row = {
         "input_output": STDIO_IO,
