@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workers.code.program import (
     MAX_PROGRAM_CHARS,
@@ -279,3 +281,22 @@ def test_extraction_runs_nothing(audit: list[str], tmp_path: Path) -> None:
         extract_program(payload, None, None)
     assert audit == []
     assert not canary.exists()
+
+
+_PIECES = st.sampled_from(
+    ["```", "```python", "```py", "```\n", "\n", "    ", "  ", "\t", "def f(x):",
+     "return x", "print(1)", "(", ")", "'''", '"', "\\", "\x00", "\r", "é", "\u2028",
+     "<think>", "x = 1", ":", "class Solution:"]
+)  # fmt: skip
+
+
+@given(
+    st.lists(_PIECES | st.text(max_size=5), max_size=30).map("".join),
+    st.sampled_from([None, HE_PROMPT, "def f(x):\n  '''d'''\n", "Solve it."]),
+    st.sampled_from([None, "add", "f"]),
+)
+def test_any_text_gives_a_program_or_none(
+    response: str, prompt: str | None, entry_point: str | None
+) -> None:
+    program = extract_program(response, prompt, entry_point)
+    assert program is None or (program.strip() and len(program) <= MAX_PROGRAM_CHARS)

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workers.code.errors import CodeGraderError, InvalidTestsError
 from workers.code.suite import (
@@ -812,3 +814,40 @@ def test_suite_key_tells_types_and_limits_apart() -> None:
 def test_suite_len_counts_tests() -> None:
     assert len(TestSuite(mode="stdio", stdio=STDIO_CASES)) == 2
     assert len(TestSuite(mode="call", calls=LCB_CALLS, fn_name="f")) == 2
+
+
+# ------------------------------------------------------------------------- fuzz
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(
+        st.sampled_from(
+            ["inputs", "outputs", "fn_name", "input", "output", "stdin", "stdout",
+             "testtype", "type", "assert_case", "test_cases", "input_output"]
+        ) | st.text(max_size=5),
+        children,
+        max_size=4,
+    ),
+    max_leaves=12,
+)  # fmt: skip
+_FIELDS = [
+    "input_output", "tests", "test", "test_list", "public_tests", "private_tests",
+    "public_test_cases", "private_test_cases", "verification_info", "assert_case",
+    "official_tests", "ground_truth", "entry_point", "prompt", "metadata",
+    "time_limit", "memory_limit", "float_tol", "test_setup_code",
+]  # fmt: skip
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(_FIELDS), _JSON | _JSON.map(json.dumps), min_size=1, max_size=4
+    )
+)
+def test_any_row_gives_a_suite_or_invalid_tests(row: dict[str, Any]) -> None:
+    try:
+        suite = parse_suite(row)
+    except InvalidTestsError:
+        return
+    assert len(suite) >= 1
+    json.loads(suite_key(suite))
