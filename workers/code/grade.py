@@ -8,6 +8,10 @@ failure (`index`, `kind`: wrong_answer, runtime_error (+ `exception`), timeout, 
 output_limit). Tests that cannot be read give `invalid_gold`, a response without code
 `no_answer`, and a sandbox that fails or cannot run `error`: never a pass.
 
+A program that exceeds its time limit on one test gets no further test run (they
+count as failed): a hostile rollout then costs one test's deadline, not one per test.
+A model process that crashed is replaced for the remaining tests (that costs a fork).
+
 A process exit code never decides anything: stdin/stdout runs are compared here, in
 the worker, with `compare.stdout_matches`; call and assert tests are decided by the
 harness (`harness`), which the model's code never runs in.
@@ -146,6 +150,7 @@ def _harness_job(suite: TestSuite) -> dict[str, Any]:
         ],
         "fn_name": suite.fn_name,
         "entry_point": suite.entry_point,
+        "program_names": list(suite.program_names),
         "setup": suite.setup_code,
         "float_tol": suite.float_tol,
     }
@@ -168,16 +173,19 @@ def _run_harnessed(
     while tally.seen < tally.total and time.monotonic() < deadline:
         job["start"] = tally.seen
         outcome = sandbox.run_harnessed(program, job, limits)
-        if not outcome.model.get("ready"):
+        model = outcome.model
+        if not model.get("ready") and model.get("killed") != "finish":
+            # (killed by "finish": the harness was done before it needed the model)
             raise SandboxUnavailableError("the model process failed to start")
         for passed, kind, detail in outcome.results:
             if kind in ("timeout", "crashed") or detail == "model gone":
                 kind, detail = _model_gone(kind, outcome.model)
             tally.add(passed is True, kind, detail)
-        if not outcome.stopped or not outcome.results:
+        timed_out = tally.failure is not None and tally.failure["kind"] == "timeout"
+        if not outcome.stopped or not outcome.results or timed_out:
             break
-    while tally.seen < tally.total:  # the rollout's wall budget ran out
-        tally.add(False, "timeout", "rollout wall limit")
+    while tally.seen < tally.total:  # after a timeout, or the rollout's wall budget
+        tally.add(False, "timeout", "not run")
     return tally
 
 

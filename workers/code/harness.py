@@ -11,8 +11,8 @@ so a test that swallows exceptions with a bare `except` still fails a broken mod
 
 Call mode (`fn_name`): `call_matches(proxy(*args), case)`. Assert mode: the test's
 source (an MBPP assert, or a HumanEval `check` def with `check(entry_point)`) is exec'd
-here with each free name it uses bound to a stdlib module of that name or else to a
-proxy of the model's function of that name. Stdlib only.
+here with each name it reads from the program (`TestSuite.program_names`, the entry
+point) bound to a proxy of the model's object of that name. Stdlib only.
 """
 
 from __future__ import annotations
@@ -113,17 +113,23 @@ def _free_names(source: str) -> set[str]:
 
 
 def _test_namespace(
-    source: str, setup_env: dict[str, Any], proxy: ModelProxy, entry_point: str | None
+    source: str, setup_env: dict[str, Any], proxy: ModelProxy, job: dict[str, Any]
 ) -> dict[str, Any]:
+    """The test's globals: the setup's names, a proxy for each name the suite says
+    the test reads from the program (a builtin's name too, when the program shadows
+    it), and for any other free name a stdlib module of that name, else a proxy."""
     env = dict(setup_env)
-    names = _free_names(source) - set(env)
-    if entry_point:
-        names.add(entry_point)
-    for name in names:
+    named = {
+        *job["program_names"],
+        *([job["entry_point"]] if job["entry_point"] else []),
+    }
+    for name in _free_names(source) - set(env) - named:
         if name in _STDLIB:
             env[name] = importlib.import_module(name)
         else:
-            env[name] = proxy.function(name)
+            named.add(name)
+    for name in named:
+        env[name] = proxy.function(name)
     return env
 
 
@@ -174,7 +180,7 @@ def run_harness(job: dict[str, Any], fd_to: int, fd_from: int) -> dict[str, Any]
         proxy.failure = None
         if job["mode"] == "assert":
             source = job["asserts"][index]
-            env = _test_namespace(source, setup_env, proxy, job["entry_point"])
+            env = _test_namespace(source, setup_env, proxy, job)
             passed, kind, detail = _run_assert(source, env)
         else:
             passed, kind, detail = _run_call(proxy, job, index)

@@ -51,7 +51,7 @@ MAX_SLOTS = 4096
 _START_TIMEOUT_S = 20.0
 _APP = Path(__file__).resolve().parents[2]  # the directory holding `workers/`
 _MODEL_CAPS = ("SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "KILL")
-_HARNESS_CAPS = ("SETUID", "SETGID", "SETPCAP", "KILL")
+_HARNESS_CAPS = ("SETUID", "SETGID", "SETPCAP")  # to drop to its uid, once
 
 
 class SandboxUnavailableError(CodeGraderError):
@@ -158,7 +158,7 @@ def _system_binds() -> list[str]:
     return args
 
 
-def bwrap_argv(role: str, sock_fd: int) -> list[str]:
+def bwrap_argv(role: str, sock_fd: int, harness_uid: int) -> list[str]:
     """The full bwrap command of one zygote (`role`: "model" or "harness")."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
@@ -171,7 +171,7 @@ def bwrap_argv(role: str, sock_fd: int) -> list[str]:
     argv += ["--cap-drop", "ALL"] + [a for c in caps for a in ("--cap-add", f"CAP_{c}")]
     code = (
         "import sys; sys.path[:0] = ['/rt/app']; from workers.code.zygote import main; "
-        f"main({int(sock_fd)})"
+        f"main({int(sock_fd)}, {role!r}, {int(harness_uid)})"
     )
     return [*argv, "/rt/python/bin/python3", "-I", "-S", "-B", "-c", code]
 
@@ -184,16 +184,17 @@ class HarnessOutcome:
     results: list[list[Any]]
     stopped: bool
     model: dict[str, Any]
+    harness_cpu_s: float = 0.0
 
 
 class _Zygote:
     """One bwrap'd zygote process and the socket to it."""
 
-    def __init__(self, role: str) -> None:
+    def __init__(self, role: str, harness_uid: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(  # bwrap hands the socket on to the zygote
-            bwrap_argv(role, theirs.fileno()),
+            bwrap_argv(role, theirs.fileno(), harness_uid),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self.stderr,
@@ -268,9 +269,9 @@ class CodeSandbox:
             if self._lease is None:
                 self._lease = SlotLease(self._slot_dir)
             if self._model is None:
-                self._model = _Zygote("model")
+                self._model = _Zygote("model", self._lease.harness_uid)
             if self._harness is None:
-                self._harness = _Zygote("harness")
+                self._harness = _Zygote("harness", self._lease.harness_uid)
         except SandboxUnavailableError as exc:
             UNAVAILABLE[str(exc)[:200]] += 1
             raise
@@ -353,4 +354,6 @@ class CodeSandbox:
             raise SandboxUnavailableError(f"sandbox failed: {exc}") from None
         if "error" in reply:
             raise SandboxUnavailableError(str(reply["error"]))
-        return HarnessOutcome(reply["results"], bool(reply["stopped"]), model_end)
+        return HarnessOutcome(
+            reply["results"], bool(reply["stopped"]), model_end, float(reply["cpu_s"])
+        )

@@ -8,8 +8,9 @@ runtime, no network, empty environment, its own PID/IPC/UTS/mount namespaces):
   to a cap, a wall deadline that kills the child's whole PID namespace. It only ever
   receives programs and stdin texts, never tests or expected values, because every
   model process is a copy of its memory;
-- the *harness* zygote forks the trusted `harness.run_harness` per rollout (a plain
-  fork dropped to its own uid: it runs no model code, so it needs no fresh namespaces).
+- the *harness* zygote is the trusted harness itself: dropped to its own uid at start,
+  it runs `harness.run_harness` for each rollout (it runs no model code, so it needs
+  no fresh process or namespaces per rollout; see `main`).
 
 Both read jobs from the worker over a Unix socket (fd 3) as `wire` frames; a call- or
 assert-mode job brings the two pipe ends joining its harness and its model process.
@@ -19,6 +20,7 @@ Stdlib only; started as `python3 -I -S -B` with the app mounted at /rt/app.
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import select
 import signal
@@ -36,6 +38,10 @@ FRAME_BYTES = 64 * 1024 * 1024
 _CHUNK = 64 * 1024
 _STDERR_TAIL = 4096
 _STAGE_FD = 1000  # above every descriptor a child keeps
+# The harness process lives as long as its worker: its deadlines are the worker's
+# wall clock per rollout, not a CPU total.
+_HARNESS_CPU_S = 365 * 24 * 3600
+_HARNESS_MEMORY_BYTES = 2 << 30
 # Imported here once so that programs importing them start fast in every child.
 _WARM = (
     "array bisect collections copy dataclasses datetime decimal enum fractions "
@@ -52,16 +58,22 @@ def _limits(job: dict[str, Any], processes: int) -> isolate.RlimitSet:
     )
 
 
-def _child_enter(job: dict[str, Any], fds: dict[int, int], ready_w: int) -> None:
-    """In the clone child: put `fds` (target -> source) in place, close every other
-    descriptor, isolate, then say so on the ready pipe: a child that dies before that
-    never ran model code, so its rollout is a sandbox error, not a wrong answer."""
+def _place_fds(fds: dict[int, int]) -> None:
+    """Make `fds` (target -> source) the child's only descriptors: staged above every
+    target first, so a source that is also a target is never overwritten."""
     staged = {t: fcntl.fcntl(s, fcntl.F_DUPFD, _STAGE_FD) for t, s in fds.items()}
-    ready = fcntl.fcntl(ready_w, fcntl.F_DUPFD, _STAGE_FD)
     for target, source in staged.items():
         os.dup2(source, target)
-    ready = os.dup2(ready, max(fds) + 1, inheritable=False)
-    os.closerange(ready + 1, 1 << 16)
+    os.closerange(max(fds) + 1, 1 << 16)
+
+
+def _child_enter(job: dict[str, Any], fds: dict[int, int], ready_w: int) -> None:
+    """In the clone child: put `fds` in place, isolate, then say so on the ready pipe:
+    a child that dies before that never ran model code, so its rollout is a sandbox
+    error, not a wrong answer."""
+    ready = max(fds) + 1
+    _place_fds({**fds, ready: ready_w})
+    os.set_inheritable(ready, False)
     isolate.enter_model_sandbox(
         job["uid"], _limits(job, job["processes"]), job["tmpfs_bytes"]
     )
@@ -96,6 +108,9 @@ class _Watch:
         self.status: int | None = None
         self.ready = False
         self.killed = ""
+        self.cpu_s = (
+            0.0  # the child's own CPU time (its namespace's reaped processes too)
+        )
 
     def kill(self, why: str) -> None:
         if self.status is None and not self.killed:
@@ -103,7 +118,8 @@ class _Watch:
             os.kill(self.pid, signal.SIGKILL)  # PID 1 of its namespace: all of it dies
 
     def reap(self) -> None:
-        _, self.status = os.waitpid(self.pid, 0)
+        _, self.status, usage = os.wait4(self.pid, 0)
+        self.cpu_s = usage.ru_utime + usage.ru_stime
         if not self.ready:
             self.ready = os.read(self.ready_r, 1) == b"r"
         os.close(self.ready_r)
@@ -115,6 +131,7 @@ class _Watch:
             "ready": self.ready,
             "killed": self.killed,
             "exit": os.waitstatus_to_exitcode(self.status),
+            "cpu_s": self.cpu_s,
         }
 
 
@@ -220,33 +237,16 @@ def _serve(sock: socket.socket, job: dict[str, Any], fds: list[int]) -> None:
 
 
 def _harness(sock: socket.socket, job: dict[str, Any], fds: list[int]) -> None:
+    """Run one rollout's tests here, in the harness process itself (see `main`)."""
     from workers.code.harness import run_harness
 
-    res_r, res_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for target, source in ((3, fds[0]), (4, fds[1]), (5, res_w)):
-                os.dup2(source, target)
-            os.closerange(6, 1 << 16)
-            isolate.drop_privileges(job["uid"], _limits(job, 4))
-            outcome = run_harness(job, 3, 4)
-            send_frame(5, outcome, max_bytes=FRAME_BYTES)
-        except BaseException as exc:
-            os.write(2, f"harness failed: {exc!r}\n".encode()[:500])
-            os._exit(1)
-        os._exit(0)
-    for fd in (*fds, res_w):
-        os.close(fd)
+    started = time.process_time()
     try:
-        reply = read_frame(
-            res_r, max_bytes=FRAME_BYTES, deadline=time.monotonic() + job["wall_s"]
-        )
-    except WireError as exc:
-        reply = {"error": f"harness gave no result: {exc}"}
-        os.kill(pid, signal.SIGKILL)
-    os.close(res_r)
-    os.waitpid(pid, 0)
+        reply = run_harness(job, fds[0], fds[1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+    reply["cpu_s"] = time.process_time() - started
     send_frame(sock.fileno(), reply, max_bytes=FRAME_BYTES)
 
 
@@ -261,6 +261,8 @@ def _loop(sock: socket.socket) -> None:
             job_deadline = time.monotonic() + job["wall_s"]
             for stdin in job["stdins"]:
                 outcome = _run_stdio_test(job, stdin, job_deadline)
+                if outcome["killed"] == "timeout":  # no more time for this program
+                    job_deadline = 0.0
                 send_frame(sock.fileno(), outcome, max_bytes=FRAME_BYTES)
         elif op == "serve":
             _serve(sock, job, fds)
@@ -273,19 +275,40 @@ def _loop(sock: socket.socket) -> None:
 _DEVNULL = -1
 
 
-def main(sock_fd: int) -> None:
-    """Entry point under bwrap: `sock_fd` is the worker's socket."""
+def main(sock_fd: int, role: str, harness_uid: int = 0) -> None:
+    """Entry point under bwrap: `sock_fd` is the worker's socket.
+
+    The model zygote keeps the capabilities it needs to start isolated children. The
+    harness zygote is itself the harness: it drops to its own uid, hard limits and no
+    capabilities at once, and runs every rollout's tests in-process (a fork per
+    rollout cost 3 ms of copied pages here). That is sound because it never runs
+    model code and only ever holds plain data from the model; each test runs in a
+    fresh namespace, and a harness that overruns is killed and replaced by the worker.
+    """
     global _DEVNULL
     for name in _WARM.split():
         __import__(name)
-    import workers.code.harness  # noqa: F401  (warm for the harness zygote's forks)
-
     # bwrap --clearenv left only the loader path (already used): children get nothing.
     for name in list(os.environ):
         del os.environ[name]
     _DEVNULL = os.open("/dev/null", os.O_RDWR)
     os.dup2(_DEVNULL, 0)
     os.dup2(_DEVNULL, 1)
+    if role == "harness":
+        import workers.code.harness  # noqa: F401
+
+        limits = isolate.RlimitSet(
+            cpu_s=_HARNESS_CPU_S,
+            address_space_bytes=_HARNESS_MEMORY_BYTES,
+            processes=1,
+            file_size_bytes=0,
+        )
+        isolate.drop_privileges(harness_uid, limits)
+    # Every child is a copy of this process: keep the collector away from the
+    # objects imported so far, or its first full pass in a child writes to (and so
+    # copies) every page of them (gc.freeze, as prefork servers do).
+    gc.collect()
+    gc.freeze()
     sock = socket.socket(fileno=sock_fd)
     send_frame(sock.fileno(), {"ready": os.getpid()}, max_bytes=FRAME_BYTES)
     _loop(sock)
