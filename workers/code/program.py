@@ -17,7 +17,9 @@ Rules, in order:
    under a four-space docstring, so when `prompt + code` does not parse, the code is
    re-indented to the docstring's level (`textwrap.indent(textwrap.dedent(code),
    "    ")`) and that is taken when it parses; failing that, a rougher re-indent
-   (`_reindent_head`: tabs, an odd first line, helper defs after the body).
+   (`_reindent_head`: tabs, an odd first line, helper defs after the body); failing
+   that, the completion cut before its trailing text (`_cut_tail`: prose, a closing
+   fence, a `__main__` block that does not parse), as HumanEval's stop sequences do.
 4. None (`no_answer`) when there is no code: no block and the response does not parse
    (neither alone nor after the prompt), or the program is larger than
    `MAX_PROGRAM_CHARS`. Fenced code that does not parse is still returned: the model
@@ -46,6 +48,7 @@ __all__ = [
 MAX_PROGRAM_CHARS = 256 * 1024
 MAX_RESPONSE_CHARS = 4 * 1024 * 1024
 _MAX_BLOCKS = 64
+_MAX_CUTS = 32  # bounded: each try is a parse
 
 _PYTHON_INFO = frozenset({"python", "py", "python3", "py3", "python2", "ipython"})
 # An opening or closing fence: indentation (a block in a list item is indented, and
@@ -132,10 +135,25 @@ def _defines(source: str, name: str) -> bool:
 
 
 def _completion(prompt: str, code: str) -> str | None:
-    """`prompt + code` (HumanEval), re-indented MBPP-style when only that parses."""
+    """`prompt + code` (HumanEval), re-indented MBPP-style when only that parses;
+    failing both, the completion cut before trailing text (`_cut_tail`)."""
     for body in (code, _reindent(code), _reindent_head(code)):
         if parses(prompt + body):
             return prompt + body
+    return _cut_tail(prompt, code)
+
+
+def _cut_tail(prompt: str, code: str) -> str | None:
+    """`prompt` + the longest head of `code` that parses after it, cut where a line
+    starts at column 0: an untruncated completion runs on into prose, a closing
+    fence or a test harness (HumanEval's samplers cut at such lines with stop
+    sequences; this does the same when the whole does not parse)."""
+    lines = code.split("\n")
+    cuts = [i for i, line in enumerate(lines) if i and line[:1] not in ("", " ", "\t")]
+    for cut in reversed(cuts[-_MAX_CUTS:]):
+        head = "\n".join(lines[:cut]).rstrip("\n") + "\n"
+        if head.strip() and parses(prompt + head):
+            return prompt + head
     return None
 
 

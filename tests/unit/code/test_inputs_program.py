@@ -172,6 +172,25 @@ def test_entry_point_found_by_class_assignment_or_import() -> None:
         assert program.startswith("from typing import List")
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "\nThis function adds the two numbers.\n",
+        "\n```\n\nExplanation: it adds them.",
+        "\n</code>\n",
+        "\nprint(add(1, 2)  # a broken example\n",
+    ],
+)
+def test_untruncated_completion_is_cut_before_trailing_text(tail: str) -> None:
+    program = extract_program("    return a + b\n" + tail, HE_PROMPT, "add")
+    assert program == HE_PROMPT + "    return a + b\n"
+
+
+def test_a_completion_that_parses_whole_is_not_cut() -> None:
+    body = "    return helper(a) + b\n\n\ndef helper(x):\n    return x\n"
+    assert extract_program(body, HE_PROMPT, "add") == HE_PROMPT + body
+
+
 def test_prose_after_a_prompt_is_no_answer() -> None:
     assert extract_program("Sorry, I cannot do that.", HE_PROMPT, "add") is None
 
