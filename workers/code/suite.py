@@ -463,7 +463,7 @@ def is_code_row(row: Mapping[str, Any]) -> bool:
     """Cheap: whether the row carries tests in a shape `parse_suite` reads (it may
     still find them malformed). Math rows never match: no test field, and a verl
     `ground_truth` counts only when it holds code tests."""
-    if not _CODE_FIELDS.isdisjoint(row.keys()):
+    if any(row.get(name) is not None for name in _CODE_FIELDS):
         return True
     if _dig(row, "verifier_metadata.unit_tests") is not None:
         return True

@@ -785,6 +785,7 @@ MATH_ROWS: list[dict[str, Any]] = [
     {"ground_truth": "\\frac{1}{2}", "response": "1/2"},
     {"ground_truth": "[1, 2]"},
     {"verifier_metadata": {"expected_answer": "3"}},
+    {"prompt": "1+1?", "gold": "2", "tests": None, "test": None},
 ]
 
 
