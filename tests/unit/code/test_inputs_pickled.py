@@ -151,6 +151,14 @@ def test_bad_text_is_invalid() -> None:
         decode_pickled_tests("eJé")
 
 
+def test_wrapped_base64_loads() -> None:
+    text = packed(pickle.dumps("y" * 500 + "".join(map(str, range(300)))))
+    wrapped = "\n".join(text[i : i + 76] for i in range(0, len(text), 76))
+    assert "\n" in wrapped
+    assert looks_pickled(wrapped)
+    assert decode_pickled_tests(wrapped) == decode_pickled_tests(text)
+
+
 def test_inflating_past_the_bound_is_refused() -> None:
     text = packed(pickle.dumps("x" * 100_000))
     assert len(text) < 2000  # compresses well: a small text, a large pickle
