@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.code.cgroup import SlotCgroup
 from workers.code.errors import CodeGraderError
 from workers.code.wire import WireError, read_frame, send_frame
 from workers.code.zygote import FRAME_BYTES
@@ -49,6 +50,9 @@ UNAVAILABLE: Counter[str] = Counter()
 UID_BASE = 1_600_000  # far above real accounts; kernel uids only, no passwd entry
 MAX_SLOTS = 4096
 _START_TIMEOUT_S = 20.0
+# The slot's pids cgroup (where there is one): bwrap, its init, the zygote, and a
+# rollout's processes (RLIMIT_NPROC, per uid, is the tighter bound on those).
+_SLOT_PROCESSES = 64
 _APP = Path(__file__).resolve().parents[2]  # the directory holding `workers/`
 _MODEL_CAPS = ("SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "KILL")
 _HARNESS_CAPS = ("SETUID", "SETGID", "SETPCAP")  # to drop to its uid, once
@@ -190,11 +194,12 @@ class HarnessOutcome:
 class _Zygote:
     """One bwrap'd zygote process and the socket to it."""
 
-    def __init__(self, role: str, harness_uid: int) -> None:
+    def __init__(self, role: str, harness_uid: int, cgroup: SlotCgroup | None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv = bwrap_argv(role, theirs.fileno(), harness_uid)
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(  # bwrap hands the socket on to the zygote
-            bwrap_argv(role, theirs.fileno(), harness_uid),
+            cgroup.wrap(argv) if cgroup else argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self.stderr,
@@ -258,20 +263,22 @@ class CodeSandbox:
         self._owner = -1
         self._lease: SlotLease | None = None
         self._model: _Zygote | None = None
+        self._cgroup: SlotCgroup | None = None
         self._harness: _Zygote | None = None
 
     def _zygotes(self) -> tuple[SlotLease, _Zygote, _Zygote]:
         if self._owner != os.getpid():  # forked: the parent's zygotes are not ours
-            self._model = self._harness = self._lease = None
+            self._model = self._harness = self._lease = self._cgroup = None
             self._owner = os.getpid()
         try:
             _check_privileges()
             if self._lease is None:
                 self._lease = SlotLease(self._slot_dir)
             if self._model is None:
-                self._model = _Zygote("model", self._lease.harness_uid)
+                self._cgroup = SlotCgroup(self._lease.slot, _SLOT_PROCESSES)
+                self._model = _Zygote("model", self._lease.harness_uid, self._cgroup)
             if self._harness is None:
-                self._harness = _Zygote("harness", self._lease.harness_uid)
+                self._harness = _Zygote("harness", self._lease.harness_uid, None)
         except SandboxUnavailableError as exc:
             UNAVAILABLE[str(exc)[:200]] += 1
             raise
@@ -283,6 +290,9 @@ class CodeSandbox:
             if zygote is not None and self._owner == os.getpid():
                 zygote.close()
         self._model = self._harness = None
+        if self._cgroup is not None and self._owner == os.getpid():
+            self._cgroup.remove()
+        self._cgroup = None
         if self._lease is not None and self._owner == os.getpid():
             self._lease.release()
         self._lease = None
