@@ -1,5 +1,6 @@
 """The per-rollout isolation step: new namespaces, private /tmp, hard rlimits, a
-non-root uid, no capabilities. Nothing else lives here (issue 39, section 4).
+non-root uid, no capabilities, the system call filter of `seccomp`. Nothing else
+lives here (issue 39, section 4).
 
 It runs inside the bubblewrap sandbox, in the zygote (`workers.code.zygote`), which
 bwrap started as root with only the capabilities this module needs. Each model process
@@ -26,6 +27,8 @@ import ctypes
 import os
 import resource
 from dataclasses import dataclass
+
+from workers.code.seccomp import install_denylist
 
 __all__ = [
     "NAMESPACE_FLAGS",
@@ -150,7 +153,9 @@ def drop_privileges(uid: int, limits: RlimitSet) -> None:
 
 
 def enter_model_sandbox(uid: int, limits: RlimitSet, tmpfs_bytes: int) -> None:
-    """In a `clone_isolated` child: a private writable /tmp, then `drop_privileges`."""
+    """In a `clone_isolated` child: a private writable /tmp, `drop_privileges`, then
+    the system call filter (`seccomp`: no new user namespaces, mounts, ptrace...)."""
     _private_tmp(tmpfs_bytes)
     drop_privileges(uid, limits)
+    install_denylist()
     os.chdir("/tmp")

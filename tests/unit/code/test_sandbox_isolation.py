@@ -210,3 +210,33 @@ print(os.getuid())
     uid = int(outcome["stdout"])
     # Then nothing of that uid is left on the machine
     assert _uid_processes(uid) == []
+
+
+def test_sandbox_filters_namespace_mount_and_debug_system_calls(sandbox):
+    # Without the filter an unprivileged process may make a user namespace (and be
+    # root in it): the kernel attack surface the seccomp denylist takes away.
+    program = """
+import ctypes, json, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+calls = {"unshare_user": (272, 0x10000000), "unshare_net": (272, 0x40000000),
+         "clone_newuser": (56, 0x10000000 | 17, 0, 0, 0, 0),
+         "ptrace": (101, 16, 1, 0, 0), "io_uring_setup": (425, 1, 0),
+         "bpf": (321, 0, 0, 0), "mount": (165, 0, 0, 0, 0, 0)}
+out = {}
+for name, args in calls.items():
+    result = libc.syscall(*args)
+    out[name] = [result, ctypes.get_errno()]
+thread = threading.Thread(target=lambda: out.__setitem__("thread", "ran"))
+thread.start()
+thread.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(out))
+"""
+    result = run_json(sandbox, program)
+    assert result.pop("thread") == "ran"  # threads and fork still work
+    assert result.pop("fork") == 7
+    assert result == {name: [-1, 1] for name in result}, result  # EPERM, each
+    assert len(result) == 7
