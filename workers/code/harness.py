@@ -31,6 +31,9 @@ from workers.code.wire import WireError, WireTimeout, read_frame, send_frame
 __all__ = ["ModelGoneError", "ModelProxy", "run_harness"]
 
 _STDLIB = frozenset(sys.stdlib_module_names)
+# Raised as themselves they would steer the test's own code: a StopIteration from a
+# function that `map` calls ends the map early, so `all(map(...))` would be True.
+_CONTROL_FLOW = (StopIteration, StopAsyncIteration)
 
 
 class ModelGoneError(BaseException):
@@ -88,7 +91,11 @@ class ModelProxy:
             if tag == "load":  # no test passes a program that does not load
                 self._fail("runtime_error", detail)
             exc_type = getattr(builtins, detail, None)
-            if isinstance(exc_type, type) and issubclass(exc_type, Exception):
+            if (
+                isinstance(exc_type, type)
+                and issubclass(exc_type, Exception)
+                and not issubclass(exc_type, _CONTROL_FLOW)
+            ):
                 raise exc_type(f"raised in the model's code ({detail})")
             raise _ModelRaisedError(detail)
         self._fail("wrong_answer", f"non-plain value: {detail}")

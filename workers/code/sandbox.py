@@ -16,7 +16,6 @@ raises `SandboxUnavailableError` with the reason, and the grade is `error` (coun
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import socket
@@ -86,33 +85,31 @@ def _check_privileges() -> None:
 
 
 class SlotLease:
-    """A machine-wide slot number held with `flock`, naming this worker's two uids.
+    """A machine-wide slot number, naming this worker's two uids.
 
     RLIMIT_NPROC counts per uid, so two sandboxes sharing a uid would share one
-    process budget; the lock file makes each slot's uids its own for as long as the
-    process lives (the kernel drops the lock when it exits).
+    process budget. The lease is a bound abstract Unix socket
+    ("@gradefleet-code-slot-N"): the kernel frees the name when the process exits
+    and it leaves no file behind (abstract names are per network namespace, which
+    the worker processes of one machine share).
     """
 
-    def __init__(self, slot_dir: Path) -> None:
-        try:
-            slot_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SandboxUnavailableError(f"no slot directory: {exc}") from None
+    def __init__(self, prefix: str = "gradefleet-code-slot") -> None:
         for slot in range(MAX_SLOTS):
-            fd = os.open(slot_dir / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+                sock.bind(f"\0{prefix}-{slot}")
+            except OSError:
+                sock.close()
                 continue
-            self.slot, self._fd = slot, fd
+            self.slot, self._sock = slot, sock
             self.model_uid = UID_BASE + 2 * slot
             self.harness_uid = self.model_uid + 1
             return
         raise SandboxUnavailableError(f"all {MAX_SLOTS} sandbox slots are in use")
 
     def release(self) -> None:
-        os.close(self._fd)
+        self._sock.close()
 
 
 def _runtime_binds() -> list[str]:
@@ -256,10 +253,8 @@ class CodeSandbox:
     """Runs rollouts in the two zygotes of this process, starting them on first use
     and again after one died (a zygote that misbehaves is replaced, never trusted)."""
 
-    def __init__(self, slot_dir: Path | None = None) -> None:
-        self._slot_dir = (
-            slot_dir or Path(tempfile.gettempdir()) / "gradefleet-code-slots"
-        )
+    def __init__(self, slot_prefix: str = "gradefleet-code-slot") -> None:
+        self._slot_prefix = slot_prefix
         self._owner = -1
         self._lease: SlotLease | None = None
         self._model: _Zygote | None = None
@@ -273,7 +268,7 @@ class CodeSandbox:
         try:
             _check_privileges()
             if self._lease is None:
-                self._lease = SlotLease(self._slot_dir)
+                self._lease = SlotLease(self._slot_prefix)
             if self._model is None:
                 self._cgroup = SlotCgroup(self._lease.slot, _SLOT_PROCESSES)
                 self._model = _Zygote("model", self._lease.harness_uid, self._cgroup)

@@ -281,3 +281,18 @@ def test_hack_call_mode_model_holds_only_its_channel(sandbox):
         _rollout(program, "call"), suite, limits=LIMITS, sandbox=sandbox
     )
     assert verdict.correct, verdict
+
+
+def test_hack_stop_iteration_does_not_end_the_tests_map_early(sandbox):
+    # Run the usual way, a StopIteration from the function ends `map` early and
+    # `all(...)` of nothing is True; here it is an error the test does not survive.
+    source = "assert all(map(lambda x: add(x, 1) == x + 1, [1, 2, 3]))"
+    suite = TestSuite(
+        mode="assert", asserts=(AssertCase(source=source),), entry_point="add"
+    )
+    program = "def add(a, b):\n    raise StopIteration\n"
+    verdict = grade_code(
+        _rollout(program, "mbpp"), suite, limits=LIMITS, sandbox=sandbox
+    )
+    assert verdict.tests_passed == 0
+    assert verdict.failure["kind"] == "runtime_error"
