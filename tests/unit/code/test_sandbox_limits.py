@@ -6,7 +6,10 @@ correctly afterwards. Real processes; every bomb is bounded by the rollout's lim
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +147,36 @@ def test_limits_a_program_that_fails_to_start_is_never_a_pass(sandbox):
         "kind": "runtime_error",
         "exception": "ValueError",
     }
+
+
+def _cgroups_of(uid: int) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text()
+            if f"\nUid:\t{uid}\t" in status:
+                found.append((entry / "cgroup").read_text())
+        except OSError:
+            continue
+    return found
+
+
+def test_limits_model_processes_share_their_slots_cgroups(sandbox):
+    if not os.access("/sys/fs/cgroup/cpu", os.W_OK):
+        pytest.skip("no writable cgroup v1 cpu hierarchy on this machine")
+    # Given a rollout that runs for a while, with a few processes
+    program = "import os, time\nfor _ in range(3):\n    os.fork()\ntime.sleep(1.5)\n"
+    uid = sandbox._zygotes()[0].model_uid
+    runner = threading.Thread(target=run, args=(sandbox, program))
+    runner.start()
+    seen: list[str] = []
+    deadline = time.monotonic() + 1.2
+    while time.monotonic() < deadline and len(seen) < 8:
+        seen = _cgroups_of(uid)
+        time.sleep(0.05)
+    runner.join()
+    # Then all of them are in the slot's cpu and pids cgroups
+    assert len(seen) == 8
+    for cgroups in seen:
+        assert "cpu:/gradefleet-code/slot-" in cgroups.replace(",cpuacct", "")
+        assert "pids:/gradefleet-code/slot-" in cgroups
