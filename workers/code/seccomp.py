@@ -85,17 +85,22 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+_X86_64 = os.uname().machine == "x86_64"
+# Built once, at import (in the zygote): a child only makes the one prctl call.
+_CODE = b"".join(_program())
+_BUFFER = ctypes.create_string_buffer(_CODE, len(_CODE))
+_PROG = _SockFprog(len(_CODE) // 8, ctypes.cast(_BUFFER, ctypes.c_void_p))
+_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = _libc.prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+
+
 def install_denylist() -> bool:
     """Install the filter on this process (and its future children); False where
     this machine is not x86_64. Needs no_new_privs set first; OSError if refused."""
-    if os.uname().machine != "x86_64":
+    if not _X86_64:
         return False
-    code = b"".join(_program())
-    buffer = ctypes.create_string_buffer(code, len(code))
-    prog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog)) != 0:
+    if _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(_PROG)) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"seccomp: {os.strerror(errno)}")
     return True
