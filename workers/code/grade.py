@@ -20,6 +20,7 @@ harness (`harness`), which the model's code never runs in.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import re
 import time
 from collections.abc import Mapping
@@ -30,7 +31,7 @@ from workers.code.compare import stdout_matches
 from workers.code.errors import InvalidTestsError
 from workers.code.program import extract_program
 from workers.code.sandbox import CodeSandbox, RunLimits, SandboxUnavailableError
-from workers.code.suite import TestSuite, parse_suite
+from workers.code.suite import StdioCase, TestSuite, parse_suite
 from workers.code.version import CODE_GRADER_VERSION
 from workers.models import Status, Verdict, ungraded_verdict
 
@@ -128,17 +129,24 @@ def _run_stdio(
     tally = _Tally(len(suite.stdio))
     stdins = [case.stdin for case in suite.stdio]
     outcomes = sandbox.run_stdio(program, suite.setup_code, stdins, limits)
-    for case, outcome in zip(suite.stdio, outcomes, strict=True):
-        if not outcome["ready"]:
-            raise SandboxUnavailableError("a sandboxed process failed to start")
-        kind, detail = _classify_exit(outcome)
-        if kind:
-            tally.add(False, kind, detail)
-        elif stdout_matches(outcome["stdout"], case.expected_stdout, suite.float_tol):
-            tally.add(True, "")
-        else:
-            tally.add(False, "wrong_answer")
+    with contextlib.closing(outcomes):
+        for case, outcome in zip(suite.stdio, outcomes, strict=True):
+            _tally_stdio(tally, case, outcome, suite.float_tol)
     return tally
+
+
+def _tally_stdio(
+    tally: _Tally, case: StdioCase, outcome: Mapping[str, Any], tol: float | None
+) -> None:
+    if not outcome["ready"]:
+        raise SandboxUnavailableError("a sandboxed process failed to start")
+    kind, detail = _classify_exit(outcome)
+    if kind:
+        tally.add(False, kind, detail)
+    elif stdout_matches(outcome["stdout"], case.expected_stdout, tol):
+        tally.add(True, "")
+    else:
+        tally.add(False, "wrong_answer")
 
 
 def _harness_job(suite: TestSuite) -> dict[str, Any]:
@@ -158,7 +166,10 @@ def _harness_job(suite: TestSuite) -> dict[str, Any]:
 
 def _model_gone(kind: str, model: Mapping[str, Any]) -> tuple[str, str]:
     """Why the model process stopped answering, from how it ended."""
-    if kind == "timeout" or model.get("killed") == "timeout":
+    killed = model.get("killed")
+    if killed in ("timeout", "output_limit"):
+        return str(killed), ""
+    if kind == "timeout":
         return "timeout", ""
     reason = _classify_exit(model)
     return reason if reason[0] else ("runtime_error", "exited")

@@ -25,7 +25,7 @@ import sysconfig
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,7 +312,7 @@ class CodeSandbox:
 
     def run_stdio(
         self, program: str, setup: str, stdins: list[str], limits: RunLimits
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Generator[dict[str, Any], None, None]:
         """Run the program once per stdin, each in a fresh sandbox; yields each run's
         outcome (`exit`, `killed`, `ready`, `stdout`, `stderr_tail`) in order."""
         lease, model, _ = self._zygotes()
@@ -322,13 +322,19 @@ class CodeSandbox:
         job["cpu_s"] = int(limits.time_limit_s + limits.startup_s) + 1
         job["output_bytes"] = limits.output_bytes
         deadline = time.monotonic() + limits.wall_s + 5.0
+        read = 0
         try:
             model.send(job)
             for _ in stdins:
-                yield model.read(deadline)
+                outcome = model.read(deadline)
+                read += 1
+                yield outcome
         except (WireError, OSError) as exc:
             self._reset()
             raise SandboxUnavailableError(f"model sandbox failed: {exc}") from None
+        finally:
+            if read < len(stdins):  # abandoned midway: its frames would be misread
+                self._reset()
 
     def run_harnessed(
         self, program: str, harness_job: dict[str, Any], limits: RunLimits
@@ -340,6 +346,7 @@ class CodeSandbox:
         from_model_r, from_model_w = os.pipe()
         model_job = _job_limits(limits, lease.model_uid)
         model_job.update(op="serve", program=program, setup=harness_job["setup"])
+        model_job["output_bytes"] = limits.output_bytes
         test_job = _job_limits(limits, lease.harness_uid)
         test_job.update(harness_job, op="harness", time_limit_s=limits.time_limit_s)
         test_job.update(startup_s=limits.startup_s, memory_bytes=1 << 30)

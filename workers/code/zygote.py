@@ -206,34 +206,70 @@ def _run_stdio_test(
 
 def _serve(sock: socket.socket, job: dict[str, Any], fds: list[int]) -> None:
     """A call/assert job's model process: runs until the worker says `finish` (the
-    harness is done) or the deadline, then is killed with its namespace."""
+    harness is done), the deadline, or output past the cap; then it is killed with
+    its namespace. Its stdout and stderr are counted, not kept: no test reads them,
+    and an output flood ends here as `output_limit` instead of spinning."""
     program, setup, max_bytes = job["program"], job["setup"], job["max_bytes"]
+    out_r, out_w = os.pipe()
     pid, ready_r = _spawn_model(
         job,
-        {0: _DEVNULL, 1: _DEVNULL, 2: _DEVNULL, 3: fds[0], 4: fds[1]},
+        {0: _DEVNULL, 1: out_w, 2: out_w, 3: fds[0], 4: fds[1]},
         lambda: runner.serve_calls(program, setup, 3, 4, max_bytes),
     )
-    for fd in fds:
+    for fd in (*fds, out_w):
         os.close(fd)
     watch = _Watch(pid, ready_r, time.monotonic() + job["wall_s"])
-    while True:
-        alive = watch.status is None
-        waits = [sock.fileno(), watch.pidfd] if alive else [sock.fileno()]
-        timeout = max(0.0, watch.deadline - time.monotonic())
-        readable = select.select(
-            waits, [], [], timeout if alive and not watch.killed else None
-        )[0]
-        if not readable:
-            watch.kill("timeout")
-        elif watch.pidfd in readable and alive:
-            watch.reap()
-        elif sock.fileno() in readable:
-            read_frame(sock.fileno(), max_bytes=FRAME_BYTES)  # "finish"
-            break
+    output = _Counted(out_r, job["output_bytes"])
+    while not _serve_step(sock, watch, output):
+        pass
+    output.close()
     watch.kill("finish")
     if watch.status is None:
         watch.reap()
     send_frame(sock.fileno(), watch.describe(), max_bytes=FRAME_BYTES)
+
+
+class _Counted:
+    """A child's output pipe, read and dropped, with a cap on the bytes."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd, self.cap, self.total = fd, cap, 0
+
+    def read(self) -> bool:
+        """Read a chunk; False once at EOF or past the cap (the caller kills the
+        writer first, then closes: a closed pipe would only give it an error)."""
+        chunk = os.read(self.fd, _CHUNK)
+        self.total += len(chunk)
+        return bool(chunk) and self.total <= self.cap
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _serve_step(sock: socket.socket, watch: _Watch, output: _Counted) -> bool:
+    """One wait of `_serve`'s loop; True when the worker said `finish`."""
+    alive = watch.status is None
+    waits = [sock.fileno(), *([watch.pidfd] if alive else []), output.fd]
+    waits = [fd for fd in waits if fd >= 0]
+    left = max(0.0, watch.deadline - time.monotonic())
+    readable = select.select(
+        waits, [], [], left if alive and not watch.killed else None
+    )
+    if not readable[0]:
+        watch.kill("timeout")
+    elif output.fd in readable[0]:
+        if not output.read():
+            if output.total > output.cap:
+                watch.kill("output_limit")
+            output.close()
+    elif alive and watch.pidfd in readable[0]:
+        watch.reap()
+    elif sock.fileno() in readable[0]:
+        read_frame(sock.fileno(), max_bytes=FRAME_BYTES)  # "finish"
+        return True
+    return False
 
 
 def _harness(sock: socket.socket, job: dict[str, Any], fds: list[int]) -> None:

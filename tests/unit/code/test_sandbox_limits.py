@@ -15,7 +15,7 @@ import pytest
 
 from workers.code.grade import CodeLimits, grade_code
 from workers.code.sandbox import CodeSandbox, RunLimits
-from workers.code.suite import StdioCase, TestSuite
+from workers.code.suite import CallCase, StdioCase, TestSuite
 from workers.models import Status
 
 LIMITS = RunLimits(
@@ -180,3 +180,14 @@ def test_limits_model_processes_share_their_slots_cgroups(sandbox):
     for cgroups in seen:
         assert "cpu:/gradefleet-code/slot-" in cgroups.replace(",cpuacct", "")
         assert "pids:/gradefleet-code/slot-" in cgroups
+
+
+def test_limits_output_flood_in_call_mode_is_cut_too(sandbox):
+    case = CallCase(args=(1,), expected=1)
+    suite = TestSuite(mode="call", calls=(case,), fn_name="f")
+    program = "def f(x):\n    while True:\n        print('x' * 10000)\n"
+    started = time.monotonic()
+    verdict = grade_code(program, suite, limits=CODE_LIMITS, sandbox=sandbox)
+    elapsed = time.monotonic() - started
+    assert verdict.failure == {"index": 0, "kind": "output_limit"}, verdict
+    assert elapsed < 1.0, elapsed  # cut at the cap, not at the deadline
