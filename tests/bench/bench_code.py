@@ -253,7 +253,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--slots", type=int, default=8, help="sandboxes per worker")
     parser.add_argument("--step", type=int, default=None)
+    parser.add_argument("--parts", default="1,2,3", help="which parts to run")
+    parser.add_argument("--repeat", type=int, default=1, help="step runs of each kind")
     args = parser.parse_args()
+    parts = {int(p) for p in args.parts.split(",")}
     step = args.step or (1024 if args.quick else 8192)
     rows = load_rows()
     print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
@@ -273,10 +276,25 @@ def main() -> None:
     long_ids = sorted(t for t, d in durations.items() if d >= LONG_RUN_S + 0.1)
     print(f"references: {len(rows)}; running long on their own: {long_ids}")
 
+    if 1 in parts:
+        throughput(rows, short, args.workers, args.slots)
+    if 2 in parts:
+        phases(rows, short)
+    if 3 in parts:
+        hostile_step(short, step, args.workers, args.slots, args.repeat)
+    print(
+        f"load average now {os.getloadavg()[0]:.2f}; median plain run "
+        f"{statistics.median(durations.values()) * 1e3:.1f} ms"
+    )
+
+
+def throughput(
+    rows: list[dict[str, Any]], short: list[dict[str, Any]], workers: int, slots: int
+) -> None:
     print("\n1. throughput, MBPP references (rollouts/s)")
     for label, subset in (("all", rows), ("without long runs", short)):
         items = [reference(row) for row in subset]
-        shape = (args.workers, args.slots, THROUGHPUT_LIMITS)
+        shape = (workers, slots, THROUGHPUT_LIMITS)
         plain_wall, plain_statuses = run_parallel("plain", items, *shape)
         ours_wall, ours_statuses = run_parallel("ours", items, *shape)
         plain_rate, ours_rate = len(items) / plain_wall, len(items) / ours_wall
@@ -286,6 +304,8 @@ def main() -> None:
             f" ratio {ours_rate / plain_rate:.2f}x"
         )
 
+
+def phases(rows: list[dict[str, Any]], short: list[dict[str, Any]]) -> None:
     print("\n2. CPU ms per rollout by phase (one slot, sequential)")
     refs = [reference(row) for row in short]
     null = phase_cpu(rows, null_items(rows, 300))
@@ -306,8 +326,13 @@ def main() -> None:
     }
     for name, value in derived.items():
         print(f"  {name:64s} {value:6.2f} ms")
+
+
+def hostile_step(
+    short: list[dict[str, Any]], step: int, workers: int, slots: int, repeat: int
+) -> None:
     print(
-        f"\n3. step of {step} rollouts, {args.workers} workers x {args.slots} slots,"
+        f"\n3. step of {step} rollouts, {workers} workers x {slots} slots,"
         f" {STEP_LIMITS.time_limit_s} s per test, item deadline {STEP_LIMITS.wall_s} s"
     )
     clean = [reference(row) for row in itertools.islice(itertools.cycle(short), step)]
@@ -316,25 +341,21 @@ def main() -> None:
         hostile(item[1], next(kinds)) if i % 100 == 50 else item
         for i, item in enumerate(clean)
     ]
-    clean_wall, clean_statuses = run_parallel(
-        "ours", clean, args.workers, args.slots, STEP_LIMITS
-    )
-    dirty_wall, dirty_statuses = run_parallel(
-        "ours", dirty, args.workers, args.slots, STEP_LIMITS
-    )
     hostile_n = sum(1 for i in range(step) if i % 100 == 50)
-    print(f"  clean:   {clean_wall:7.2f} s  {dict(clean_statuses)}")
+    walls: dict[str, list[float]] = {"clean": [], "hostile": []}
+    for _ in range(repeat):  # alternated, so a change in the machine's load hits both
+        for label, items in (("clean", clean), ("hostile", dirty)):
+            wall, statuses = run_parallel("ours", items, workers, slots, STEP_LIMITS)
+            walls[label].append(wall)
+            print(
+                f"  {label:8s} {wall:7.2f} s  {dict(statuses)}"
+                f"  load {os.getloadavg()[0]:.1f}"
+            )
+    growth = min(walls["hostile"]) - min(walls["clean"])
+    verdict = "within" if growth <= STEP_LIMITS.wall_s else "OVER"
     print(
-        f"  hostile: {dirty_wall:7.2f} s  {dict(dirty_statuses)} ({hostile_n} hostile)"
-    )
-    growth = dirty_wall - clean_wall
-    print(
-        f"  growth {growth:.2f} s = {growth / STEP_LIMITS.wall_s:.2f} item deadlines "
-        f"({'within' if growth <= STEP_LIMITS.wall_s else 'OVER'} one)"
-    )
-    print(
-        f"  load average now {os.getloadavg()[0]:.2f}; median plain run "
-        f"{statistics.median(durations.values()) * 1e3:.1f} ms"
+        f"  {hostile_n} hostile; growth (best of each) {growth:.2f} s ="
+        f" {growth / STEP_LIMITS.wall_s:.2f} item deadlines ({verdict} one)"
     )
 
 

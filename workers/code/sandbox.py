@@ -7,11 +7,16 @@ shared libraries, and our `workers.code` package), no network, an empty environm
 fresh PID/IPC/UTS/mount namespaces, `--die-with-parent` and `--new-session`. Neither
 sees a host file, the worker's environment (GRADEFLEET_* secrets, Redis passwords) or
 /proc. Every rollout then runs in children those zygotes start (see `zygote`,
-`isolate`), as this worker's slot uids (`SlotLease`).
+`isolate`, `seccomp`), as this sandbox's slot uids (`SlotLease`), and where cgroup v1
+is writable in the slot's cpu and pids cgroups (`cgroup`).
+
+One `CodeSandbox` grades one rollout at a time; a worker that wants several in flight
+(so that a sleeping rollout does not hold up the others) keeps several, each with its
+own slot (the benchmark runs 8 per worker process; each zygote is ~20 MB).
 
 Where the sandbox cannot run (not root, no bwrap, namespaces refused), starting it
 raises `SandboxUnavailableError` with the reason, and the grade is `error` (counted in
-`UNAVAILABLE`): there is no unsandboxed fallback.
+`UNAVAILABLE`): there is no unsandboxed fallback and no weaker mode.
 """
 
 from __future__ import annotations
