@@ -377,10 +377,19 @@ ANSWER_FIELDS = tuple(
 )
 
 
+# A code verdict whose first failure is one of these depends on the machine's load
+# (a test that ran out of time or memory on a busy worker may pass on an idle one).
+LOAD_DEPENDENT_FAILURES = frozenset({"timeout", "memory"})
+
+
 def is_final(verdict: Verdict) -> bool:
     """Whether a later run may take `verdict` as it is (the cache, `--resume`): a
-    status that depends on neither load nor our bugs, from a named grader version."""
-    return verdict.status not in TRANSIENT_STATUSES and bool(verdict.grader_version)
+    status that depends on neither load nor our bugs, from a named grader version;
+    for a code verdict, also no first failure that depends on load."""
+    if verdict.status in TRANSIENT_STATUSES or not verdict.grader_version:
+        return False
+    failure = verdict.failure
+    return failure is None or failure.get("kind") not in LOAD_DEPENDENT_FAILURES
 
 
 def ungraded_verdict(status: Status, reason: str, grader_version: str = "") -> Verdict:

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 
 from workers.cache.exact import ExactLayer, unit_text
 from workers.cache.results import SqliteResultCache
+from workers.code.item import code_row_limits
 from workers.embedded.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
 from workers.embedded.inline import InlineGrader
 from workers.errors import CacheError, DeadlineError, SandboxError
@@ -72,7 +73,7 @@ from workers.sandbox.childproc import (
     write_body_frame,
 )
 from workers.sandbox.process import GradeFn, warm_up_verifier
-from workers.sandbox.progress import DECIDE, ProgressSlot, Step
+from workers.sandbox.progress import CODE, DECIDE, ProgressSlot, Step
 from workers.sandbox.verdicts import (
     MEMORY_ERROR_REASON,
     culprit_verdict,
@@ -99,6 +100,9 @@ _STOP_POLL_S = 0.001
 # How often the parent looks at its workers' progress slots and RSS while it waits
 # for answers (answers wake it sooner): the granularity of the deadline and the cap.
 _WATCH_S = 0.01
+# Past a code item's own wall budget (`CodeLimits.wall_s`), before the pool kills
+# its worker: the sandbox's first start in a worker (its two zygotes) is in it.
+CODE_STEP_GRACE_S = 30.0
 # Batches sent to a worker before it answers the first: the next one waits in its
 # pipe, so a worker never idles while the CLI reads its answer and picks more work
 # (on a busy machine the CLI may wait for a core first).
@@ -229,7 +233,11 @@ def _worker_loop(
     # Not in front of an answer cache, whose hits say `cached` (a memo's do not).
     memo = DecisionMemo() if config.grade_fn is None else None
     grader = BatchGrader(
-        sandbox=inline, cache=cache, exact=exact, memo=memo if cache is None else None
+        sandbox=inline,
+        cache=cache,
+        exact=exact,
+        memo=memo if cache is None else None,
+        code_steps=inline,
     )
     # A unit's result is stored whole, once (`ExactLayer.store_units`), and units use
     # no answer layer: a hit there still needs the response prepared and only saves
@@ -237,8 +245,11 @@ def _worker_loop(
     # more than that (measured, issue 11: some 15-20 us a rollout against 1-4 for
     # the unit rows alone). The memo saves the same deciding for a dict lookup.
     collector = _Collector() if config.collect_graded else None
-    unit_grader = BatchGrader(sandbox=inline, cache=None, observer=collector, memo=memo)
-    limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
+    unit_grader = BatchGrader(
+        sandbox=inline, cache=None, observer=collector, memo=memo, code_steps=inline
+    )
+    # The soft limit only: a code item's sandbox, started from here, sets its own.
+    limit_address_space(self_size_bytes()[0] + config.item_memory_bytes, soft_only=True)
     held = None if cache is None else _HeldRows(cache, exact)
     probes = _Probes()
     try:
@@ -800,6 +811,9 @@ class LocalPool:
         self._batch_size = batch_size
         self._max_attempts = max_attempts
         self._item_timeout_s = item_timeout_s
+        # A code item's step: the code grader's own wall budget bounds it; this is
+        # the backstop past it (sandbox start included).
+        self._code_step_s = code_row_limits().wall_s + CODE_STEP_GRACE_S
         self._warm_up = warm_up
         self._config = _WorkerConfig(
             item_timeout_s=item_timeout_s,
@@ -1056,8 +1070,11 @@ class LocalPool:
             step_s = -1.0
             if current is not None and current.batch == worker.batches[0][0]:
                 step_s = current.seconds
-            if step_s > self._item_timeout_s:
-                reason = deadline_reason(self._item_timeout_s)
+            limit_s = self._item_timeout_s
+            if current is not None and current.step == CODE:
+                limit_s = self._code_step_s
+            if step_s > limit_s:
+                reason = deadline_reason(limit_s)
                 worker.killed_for = (Status.TIMEOUT, reason)
                 assert current is not None
                 worker.overran = (current.batch, current.position)
