@@ -198,6 +198,7 @@ class BatchGrader:
         hold_stores: bool = False,
         memo: DecisionMemo | None = None,
         code_steps: CodeSteps | None = None,
+        code_cache: CacheBackend | None = None,
     ) -> None:
         self._sandbox = sandbox
         self._cache = cache
@@ -206,7 +207,11 @@ class BatchGrader:
         self._held: dict[str, dict[str, Any]] | None = {} if hold_stores else None
         self._memo = memo
         self._code_steps = code_steps
-        self._code = CodeItemGrader(cache, self._observer, self._held, code_steps)
+        # Code items use the answer cache, or `code_cache` where the math items go
+        # without one (a line-mode unit's: a code rollout costs a sandbox run).
+        self._code = CodeItemGrader(
+            cache or code_cache, self._observer, self._held, code_steps
+        )
 
     def grade(
         self, items: Sequence[GradeItem], options: GradeOptions

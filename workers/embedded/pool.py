@@ -246,7 +246,12 @@ def _worker_loop(
     # the unit rows alone). The memo saves the same deciding for a dict lookup.
     collector = _Collector() if config.collect_graded else None
     unit_grader = BatchGrader(
-        sandbox=inline, cache=None, observer=collector, memo=memo, code_steps=inline
+        sandbox=inline,
+        cache=None,
+        observer=collector,
+        memo=memo,
+        code_steps=inline,
+        code_cache=cache,
     )
     # The soft limit only: a code item's sandbox, started from here, sets its own.
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes, soft_only=True)
