@@ -66,15 +66,18 @@ def _check_code_verdicts(records: list[dict[str, Any]]) -> None:
     assert all(r["grader_version"].startswith("code-") for r in code)
     assert not any(r["status"] == "error" for r in code), code
     (reference,) = rows["MbppEval/2-ref"]
-    assert reference["correct"] and reference["tests_passed"] == 3
+    assert reference["correct"]
+    assert reference["tests_passed"] == 3
     assert not any(r["correct"] for r in code if r["id"].endswith("-none"))
     for mbpp in ("mbpp-11", "mbpp-12", "mbpp-13"):  # pass@k: two samples, one right
         right, exits = rows[mbpp]
         assert (right["sample_idx"], exits["sample_idx"]) == (0, 1)
-        assert right["correct"] and not exits["correct"]
+        assert right["correct"]
+        assert not exits["correct"]
     assert rows["nemo-echo"][0]["correct"]
     hostile = [r for r in code if r["id"].startswith("hostile-")]
-    assert len(hostile) == 3 and not any(r["correct"] for r in hostile)
+    assert len(hostile) == 3
+    assert not any(r["correct"] for r in hostile)
     assert rows["hostile-sleep"][0]["failure"]["kind"] == "timeout"
     invalid = [r for r in code if r["id"].startswith("invalid-")]
     assert [r["status"] for r in invalid] == ["invalid_gold", "invalid_gold"]

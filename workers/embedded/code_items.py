@@ -68,6 +68,7 @@ class CodeItemGrader:
     observer: _Observer
     held: dict[str, dict[str, Any]] | None = None
     marker: CodeStepMarker | None = None
+    version: str = ""  # the code grader's version in the keys ("": the registry's)
 
     def grade(
         self, items: Sequence[tuple[int, str, str]], options: GradeOptions
@@ -102,7 +103,7 @@ class CodeItemGrader:
         """Each item's cache key ("" without a cache: every item graded)."""
         if self.cache is None:
             return [""] * len(items)
-        key_of = cache_keyer(grader_for(CODE_KIND).version, options)
+        key_of = cache_keyer(self.version or grader_for(CODE_KIND).version, options)
         limits = json.dumps(repr(code_row_limits()))
         return [
             key_of(f"{limits}\x00{len(response)}\x00{response}{gold}")
