@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from producer import ProducerSettings, Rollout, code_rollout, open_grader
 from producer.cli import cli
+from producer.errors import InvalidRolloutError
 from tests.code_mixed import math_rows, mixed_rows, write_jsonl
 
 pytestmark = pytest.mark.integration
@@ -150,3 +152,40 @@ def test_fleet_and_embedded_verdicts_are_identical_on_a_mixed_file(
     _check_code_verdicts(_read(fleet))
     assert _without_cached(_read(fleet)) == embedded
     assert _without_cached(_read(fleet_rows)) == embedded
+
+
+def _api_rollouts() -> list[Any]:
+    mbpp = {"test_list": ["assert add(1, 2) == 3"], "test_setup_code": ""}
+    right = "```python\ndef add(a, b):\n    return a + b\n```"
+    wrong = "```python\ndef add(a, b):\n    return a * b\n```"
+    return [
+        {"response": "so $\\boxed{4}$", "gold": "4"},
+        code_rollout(right, mbpp),
+        {"response": wrong, **mbpp},  # a mapping with tests and no gold
+        Rollout(response="\\boxed{5}", gold="4"),
+    ]
+
+
+def test_python_api_grades_code_embedded_and_on_a_fleet(
+    workers: Any, redis_server: str
+) -> None:
+    # Given math and code rollouts, and a worker
+    workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S)
+    rollouts = _api_rollouts()
+    settings = ProducerSettings(
+        item_timeout_s=ITEM_TIMEOUT_S, processes=1, cache_dir=None
+    )
+    # When the embedded pool and the fleet grade them through `open_grader`
+    with open_grader(None, settings=settings) as grader:
+        embedded = grader.grade(rollouts)
+    with open_grader(redis_server, settings=settings) as grader:
+        fleet = grader.grade(rollouts)
+    # Then the verdicts are the same, code ones of kind "code"
+    assert [v.kind for v in embedded] == ["math", "code", "code", "math"]
+    assert [v.correct for v in embedded] == [True, True, False, False]
+    assert [v.replace(cached=False) for v in fleet] == [
+        v.replace(cached=False) for v in embedded
+    ]
+    # And a row without tests is refused as a code rollout
+    with pytest.raises(InvalidRolloutError, match="no code tests"):
+        code_rollout(rollouts[1].response, {"answer": "4"})
