@@ -47,6 +47,7 @@ from producer.errors import (
 )
 from producer.settings import ProducerSettings
 from workers import __version__
+from workers.code.item import code_limits_from_env, set_code_limits
 from workers.errors import ConfigError, GraderError
 from workers.lines.fields import FieldSpec, alias_table_text
 from workers.lines.records import InputRow
@@ -344,6 +345,9 @@ def grade(
     Malformed lines are reported on stderr and left out; the exit code is then 3.
     """
     check_output_path(input_path, output_path)
+    # Embedded mode's code limits (a fleet's workers read their own environment).
+    if (code_limits := code_limits_from_env(os.environ)) is not None:
+        set_code_limits(code_limits)
     settings = ProducerSettings(
         broker_url=_connect_url(broker) if broker else None,
         batch_size=batch_size,

@@ -19,6 +19,7 @@ from workers.code import suite
 from workers.code.item import (
     CODE_GOLD_PREFIX,
     TRIGGER_FIELDS,
+    code_limits_from_env,
     decode_code_gold,
     encode_code_gold,
     grade_code_item,
@@ -26,6 +27,8 @@ from workers.code.item import (
 )
 from workers.embedded.batch import BatchGrader, GradeItem, NullObserver
 from workers.embedded.code_items import CodeItemGrader
+from workers.errors import ConfigError
+from workers.fleet.settings import WorkerSettings
 from workers.lines.records import rows_from_record
 from workers.models import GradeOptions, Status, Verdict, is_final
 from workers.sandbox.process import Sandbox
@@ -148,3 +151,37 @@ def test_a_batch_mixes_math_and_code_in_input_order() -> None:
     assert [v.kind for v in verdicts] == ["math", "code", "math", "code"]
     assert [v.correct for v in verdicts] == [True, True, False, False]
     assert [verdicts[0], verdicts[2]] == [v for _i, v in math_only]
+
+
+def test_held_code_entries_are_written_by_every_flush(tmp_path: Path) -> None:
+    # A fleet task holds its new entries and writes them once (`hold_stores`)
+    gold = encode_code_gold(MBPP)
+    cache = SqliteResultCache(tmp_path / "c.sqlite")
+    try:
+        with Sandbox(item_timeout_s=30, item_memory_bytes=1 << 30) as sandbox:
+            grader = BatchGrader(sandbox=sandbox, cache=cache, hold_stores=True)
+            for response in (RIGHT, WRONG):  # two tasks, a flush after each
+                grader.grade([GradeItem(0, response, gold)], GradeOptions())
+                grader.flush_stores()
+            fresh = BatchGrader(sandbox=sandbox, cache=cache)
+            again = fresh.grade(
+                [GradeItem(0, RIGHT, gold), GradeItem(1, WRONG, gold)], GradeOptions()
+            )
+    finally:
+        cache.close()
+    assert [v.cached for _i, v in again] == [True, True]
+
+
+def test_code_limits_come_from_the_entry_points_environment() -> None:
+    assert code_limits_from_env({}) is None
+    limits = code_limits_from_env(
+        {"GRADEFLEET_CODE_TIME_LIMIT_S": "12", "GRADEFLEET_CODE_MEMORY_MB": "512"}
+    )
+    assert limits is not None
+    assert (limits.time_limit_s, limits.max_time_limit_s) == (12.0, 12.0)
+    assert limits.memory_bytes == 512 << 20
+    with pytest.raises(ConfigError, match="GRADEFLEET_CODE_WALL_S"):
+        code_limits_from_env({"GRADEFLEET_CODE_WALL_S": "-1"})
+    settings = WorkerSettings.from_env({"GRADEFLEET_CODE_TIME_LIMIT_S": "20"})
+    assert settings.code_limits is not None
+    assert settings.longest_batch_s == settings.max_batch_size * (20 + 1 + 0.5)

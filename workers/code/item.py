@@ -19,10 +19,12 @@ through `workers.kinds`; the suite reader and the sandbox load on the first code
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from workers.code.version import CODE_GRADER_VERSION
+from workers.errors import ConfigError
 from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ __all__ = [
     "CODE_ROW_FIELDS",
     "CODE_TEST_ALIASES",
     "TRIGGER_FIELDS",
+    "code_limits_from_env",
     "code_row_limits",
     "decode_code_gold",
     "encode_code_gold",
@@ -195,6 +198,50 @@ def decode_code_gold(gold: str) -> dict[str, Any]:
 def set_code_limits(limits: CodeLimits) -> None:
     """This process's code limits (an entry point's settings; default CodeLimits())."""
     _limits[:] = [limits]
+
+
+_LIMIT_VARIABLES = (
+    "GRADEFLEET_CODE_TIME_LIMIT_S",
+    "GRADEFLEET_CODE_WALL_S",
+    "GRADEFLEET_CODE_MEMORY_MB",
+)
+
+
+def code_limits_from_env(env: Mapping[str, str]) -> CodeLimits | None:
+    """The code limits an entry point's environment asks for (`GRADEFLEET_CODE_
+    TIME_LIMIT_S`: per test when the row gives none, `GRADEFLEET_CODE_WALL_S`: a
+    whole rollout, `GRADEFLEET_CODE_MEMORY_MB`: the model process's address space);
+    the defaults of `CodeLimits` for those unset; None when none is set.
+
+    Raises:
+        ConfigError: a value that is not a positive number.
+    """
+    if not any(env.get(name) for name in _LIMIT_VARIABLES):
+        return None
+    from workers.code.grade import CodeLimits
+
+    default = CodeLimits()
+    time_limit_s = _positive(env, "GRADEFLEET_CODE_TIME_LIMIT_S", default.time_limit_s)
+    memory_mb = _positive(env, "GRADEFLEET_CODE_MEMORY_MB", default.memory_bytes >> 20)
+    return CodeLimits(
+        time_limit_s=time_limit_s,
+        max_time_limit_s=max(default.max_time_limit_s, time_limit_s),
+        wall_s=_positive(env, "GRADEFLEET_CODE_WALL_S", default.wall_s),
+        memory_bytes=int(memory_mb * (1 << 20)),
+    )
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise ConfigError(f"{name}={raw!r} is not a positive number")
+    return value
 
 
 def code_row_limits() -> CodeLimits:

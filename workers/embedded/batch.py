@@ -279,7 +279,9 @@ class BatchGrader:
         """Write the held cache entries (`hold_stores`); a failure is logged."""
         if not self._held:
             return
-        entries, self._held = self._held, {}
+        # Emptied in place: the code items' grader holds the same dict.
+        entries = dict(self._held)
+        self._held.clear()
         if self._cache is not None:
             _store_entries(self._cache, entries)
 
