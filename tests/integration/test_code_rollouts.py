@@ -152,6 +152,14 @@ def test_fleet_and_embedded_verdicts_are_identical_on_a_mixed_file(
     _check_code_verdicts(_read(fleet))
     assert _without_cached(_read(fleet)) == embedded
     assert _without_cached(_read(fleet_rows)) == embedded
+    # And the fleet's cache answered the second run's code rows, and answers a
+    # third (line mode again), all but the timeout
+    again = tmp_path / "again.jsonl"
+    _grade(mixed, again, *on_fleet, *timeout, env={})
+    assert _without_cached(_read(again)) == embedded
+    for graded in (_read(fleet_rows), _read(again)):
+        fresh = [r["id"] for r in graded if r.get("kind") == "code" and not r["cached"]]
+        assert fresh == ["hostile-sleep"]
 
 
 def _api_rollouts() -> list[Any]:

@@ -48,7 +48,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from workers.cache.exact import ExactLayer, unit_text
-from workers.cache.results import SqliteResultCache
+from workers.cache.results import CacheBackend, SqliteResultCache
 from workers.code.item import code_row_limits
 from workers.embedded.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
 from workers.embedded.inline import InlineGrader
@@ -190,6 +190,9 @@ class _WorkerConfig:
     unit_fn: UnitFn | None
     # Unit functions that want `UnitGrading.graded` (it costs a list entry an item).
     collect_graded: bool
+    # Builds, in the worker, a cache for code items where there is no cache file
+    # (a fleet's line pool: the fleet's Redis cache).
+    code_cache: Callable[[], CacheBackend] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -232,12 +235,14 @@ def _worker_loop(
     # verifier's decisions only: another grade function may look past the answer.
     # Not in front of an answer cache, whose hits say `cached` (a memo's do not).
     memo = DecisionMemo() if config.grade_fn is None else None
+    code_cache = cache or (config.code_cache() if config.code_cache else None)
     grader = BatchGrader(
         sandbox=inline,
         cache=cache,
         exact=exact,
         memo=memo if cache is None else None,
         code_steps=inline,
+        code_cache=code_cache,
     )
     # A unit's result is stored whole, once (`ExactLayer.store_units`), and units use
     # no answer layer: a hit there still needs the response prepared and only saves
@@ -251,7 +256,7 @@ def _worker_loop(
         observer=collector,
         memo=memo,
         code_steps=inline,
-        code_cache=cache,
+        code_cache=code_cache,
     )
     # The soft limit only: a code item's sandbox, started from here, sets its own.
     limit_address_space(self_size_bytes()[0] + config.item_memory_bytes, soft_only=True)
@@ -783,6 +788,8 @@ class LocalPool:
         collect_graded: whether the `unit_fn` may read `UnitGrading.graded`.
         on_restart: called with "timeout", "memory", "crash" or "recycle" when a
             worker is replaced (as a fleet's `Sandbox` reports its child's).
+        code_cache: builds, in each worker, the result cache of code items when
+            there is no `cache_path` (a fleet's line pool: its Redis cache).
         max_attempts: a batch whose worker process dies for no reason found in its
             progress slot is re-run on a fresh worker up to this many times in all;
             then the item it was on (else the whole batch) gets an `error` verdict.
@@ -805,6 +812,7 @@ class LocalPool:
         warm_up: bool = True,
         collect_graded: bool = False,
         on_restart: Callable[[str], None] | None = None,
+        code_cache: Callable[[], CacheBackend] | None = None,
     ) -> None:
         if processes < 1 or batch_size < 1 or max_attempts < 1:
             raise ValueError("processes, batch_size and max_attempts must be >= 1")
@@ -828,6 +836,7 @@ class LocalPool:
             grade_fn=grade_fn,
             unit_fn=unit_fn,
             collect_graded=collect_graded,
+            code_cache=code_cache,
         )
         self._on_restart = on_restart
         self._workers: dict[int, _Worker] = {}  # by from_fd
