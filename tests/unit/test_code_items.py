@@ -29,6 +29,7 @@ from workers.embedded.batch import BatchGrader, GradeItem, NullObserver
 from workers.embedded.code_items import CodeItemGrader
 from workers.errors import ConfigError
 from workers.fleet.settings import WorkerSettings
+from workers.lines.fields import alias_table_text
 from workers.lines.records import rows_from_record
 from workers.models import GradeOptions, Status, Verdict, is_final
 from workers.sandbox.process import Sandbox
@@ -185,3 +186,10 @@ def test_code_limits_come_from_the_entry_points_environment() -> None:
     settings = WorkerSettings.from_env({"GRADEFLEET_CODE_TIME_LIMIT_S": "20"})
     assert settings.code_limits is not None
     assert settings.longest_batch_s == settings.max_batch_size * (20 + 1 + 0.5)
+
+
+def test_grade_help_lists_the_test_fields() -> None:
+    text = alias_table_text()
+    for name in ("input_output", "verifier_metadata.unit_tests", "test_list"):
+        assert name in text
+    assert "assert_case" in text
