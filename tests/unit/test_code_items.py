@@ -27,11 +27,12 @@ from workers.code.item import (
 )
 from workers.embedded.batch import BatchGrader, GradeItem, NullObserver
 from workers.embedded.code_items import CodeItemGrader
+from workers.embedded.pool import LocalPool
 from workers.errors import ConfigError
 from workers.fleet.settings import WorkerSettings
 from workers.lines.fields import alias_table_text
 from workers.lines.records import rows_from_record
-from workers.models import GradeOptions, Status, Verdict, is_final
+from workers.models import GradeOptions, Rollout, Status, Verdict, is_final
 from workers.sandbox.process import Sandbox
 
 MBPP = {
@@ -193,3 +194,19 @@ def test_grade_help_lists_the_test_fields() -> None:
     for name in ("input_output", "verifier_metadata.unit_tests", "test_list"):
         assert name in text
     assert "assert_case" in text
+
+
+def test_the_pool_allows_a_code_item_its_own_budget_not_the_math_deadline() -> None:
+    # Given a pool whose math item deadline (0.3 s) is far below a code item's run
+    slow = "import time\ndef add(a, b):\n    time.sleep(0.5)\n    return a + b\n"
+    items = [
+        Rollout(slow, encode_code_gold(MBPP)),
+        Rollout("so \\boxed{4}", "4"),
+    ]
+    with LocalPool(
+        processes=1, item_timeout_s=0.3, item_memory_bytes=1 << 30, cache_path=None
+    ) as pool:
+        verdicts = pool.grade(items, GradeOptions())
+    # Then the code item is graded (two tests of 0.5 s), not killed at 0.3 s
+    assert [v.status for v in verdicts] == [Status.CORRECT, Status.CORRECT]
+    assert verdicts[0].kind == "code"

@@ -103,6 +103,8 @@ _WATCH_S = 0.01
 # Past a code item's own wall budget (`CodeLimits.wall_s`), before the pool kills
 # its worker: the sandbox's first start in a worker (its two zygotes) is in it.
 CODE_STEP_GRACE_S = 30.0
+# A batch's backstop: its items' deadlines (+1 s each) and this.
+_BACKSTOP_S = 60.0
 # Batches sent to a worker before it answers the first: the next one waits in its
 # pipe, so a worker never idles while the CLI reads its answer and picks more work
 # (on a busy machine the CLI may wait for a core first).
@@ -1043,7 +1045,7 @@ class LocalPool:
         worker.deadline = (
             max(worker.deadline, time.monotonic())
             + count * (self._item_timeout_s + 1)
-            + 60
+            + _BACKSTOP_S
         )
         try:
             write_body_frame(worker.to_fd, message, body)
@@ -1096,6 +1098,11 @@ class LocalPool:
                 reason = memory_cap_reason(self._config.item_memory_bytes)
                 worker.killed_for = (Status.MEMORY_LIMIT, reason)
             elif worker.deadline >= now:
+                continue
+            elif current is not None and current.step == CODE:
+                # A code item, within its own limit: the batch's backstop (sized
+                # for math items) counts again from here.
+                worker.deadline = now + self._item_timeout_s + 1 + _BACKSTOP_S
                 continue
             self._worker_lost(worker, job)
 
