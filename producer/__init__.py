@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from producer.client.aio import AsyncGradingClient, AsyncGradingJob
     from producer.client.fleet import GradingClient, GradingJob, Rollout
     from producer.client.grader import Grader, GraderBase, open_grader, register_scheme
+    from producer.client.rollouts import code_rollout
     from producer.errors import (
         BrokerUnavailableError,
         DeadlinePassedError,
@@ -44,6 +45,7 @@ __all__ = [
     "ProducerError",
     "ProducerSettings",
     "Rollout",
+    "code_rollout",
     "open_grader",
     "read_rows",
     "register_scheme",
@@ -59,6 +61,7 @@ _HOMES = {
     "GraderBase": "producer.client.grader",
     "open_grader": "producer.client.grader",
     "register_scheme": "producer.client.grader",
+    "code_rollout": "producer.client.rollouts",
     "InputRow": "workers.lines.records",
     "LineError": "workers.lines.records",
     "read_rows": "workers.lines.records",

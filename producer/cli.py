@@ -48,6 +48,7 @@ from producer.errors import (
 from producer.files.formats import require_format_extras
 from producer.settings import ProducerSettings
 from workers import __version__
+from workers.code.item import code_limits_from_env, set_code_limits
 from workers.errors import ConfigError, GraderError
 from workers.lines.fields import FieldSpec, alias_table_text
 from workers.lines.records import InputRow
@@ -346,6 +347,9 @@ def grade(
     """
     check_output_path(input_path, output_path)
     require_format_extras(input_path, output_path)  # before the pool starts
+    # Embedded mode's code limits (a fleet's workers read their own environment).
+    if (code_limits := code_limits_from_env(os.environ)) is not None:
+        set_code_limits(code_limits)
     settings = ProducerSettings(
         broker_url=_connect_url(broker) if broker else None,
         batch_size=batch_size,

@@ -1,13 +1,14 @@
 """Which grader grades a rollout's kind: a registry kind -> grader, where "math" is the
 math verifier (`workers.verifier`).
 
-Rollouts carry no kind yet, so every one is `DEFAULT_KIND`. The engine asks this
+A rollout's kind travels in its gold: `kind_of(gold)` is "code" for a code row's
+encoded tests (`workers.code.item`), else `DEFAULT_KIND`. The engine asks this
 registry for a kind's grade function and version instead of naming the verifier: the
 sandbox's warm-up and its test of an injected grade function, the batch grader's
 cache keys, the exact-response layer of the embedded pool and of the CLI, and the
-verdict of an item that could not be prepared. A second kind (the code grader, in
-`workers/code/` beside the verifier) registers here with its own version, which keeps
-its cache entries apart from the verifier's.
+verdict of an item that could not be prepared. The code grader (`workers/code/`,
+beside the verifier) registers here as "code" with its own version, which keeps its
+cache entries apart from the verifier's; the batch grader sends code items to it.
 
 The per-item path of the math kind (the sandbox child's prepare then decide, inline
 grading in a pool process, a failure verdict that keeps the extraction) calls the
@@ -24,12 +25,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers import verifier
+from workers.code.item import grade_code_item, is_code_gold
+from workers.code.version import CODE_GRADER_VERSION
 from workers.errors import ConfigError, InvalidRequestError
 from workers.models import Verdict
 
-__all__ = ["DEFAULT_KIND", "KindGrader", "grader_for", "kinds", "register"]
+__all__ = [
+    "CODE_KIND",
+    "DEFAULT_KIND",
+    "KindGrader",
+    "grader_for",
+    "kind_of",
+    "kinds",
+    "register",
+]
 
 DEFAULT_KIND = "math"
+CODE_KIND = "code"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +81,16 @@ def grader_for(kind: str = DEFAULT_KIND) -> KindGrader:
         ) from None
 
 
+def kind_of(gold: str) -> str:
+    """The kind of a rollout, from its gold: a code row's gold is its encoded tests
+    (`workers.code.item.encode_code_gold`), every other gold is math."""
+    return CODE_KIND if is_code_gold(gold) else DEFAULT_KIND
+
+
 def kinds() -> list[str]:
     """The registered kinds, sorted."""
     return sorted(_GRADERS)
 
 
 register(KindGrader(kind="math", version=verifier.GRADER_VERSION, grade=verifier.grade))
+register(KindGrader(kind=CODE_KIND, version=CODE_GRADER_VERSION, grade=grade_code_item))

@@ -151,10 +151,18 @@ class Verdict:
     reason: str = ""
     grader_version: str = ""
     cached: bool = False
+    # Code verdicts only (issue 39); a math verdict keeps the defaults and none of these
+    # appear in its dict or row, so math outputs stay byte for byte what they were.
+    kind: str = "math"
+    score: float | None = None  # fraction of tests passed
+    tests_passed: int | None = None
+    tests_total: int | None = None
+    # The first failing test: index, kind, detail (not hashed: a dict).
+    failure: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only (enums become their string values)."""
-        return {
+        data = {
             "correct": self.correct,
             "status": self.status.value,
             "format_valid": self.format_valid,
@@ -167,10 +175,16 @@ class Verdict:
             "grader_version": self.grader_version,
             "cached": self.cached,
         }
+        if self.kind != "math":
+            data.update(self._code_dict())
+        return data
+
+    def _code_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in CODE_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        return build_verdict(
+        verdict = build_verdict(
             bool(data["correct"]),
             _member(STATUS_BY_VALUE, data["status"], "Status"),
             bool(data["format_valid"]),
@@ -191,14 +205,18 @@ class Verdict:
             str(data.get("grader_version", "")),
             bool(data.get("cached", False)),
         )
+        if data.get("kind", "math") != "math":
+            _set_code_fields(verdict, data)
+        return verdict
 
     def replace(self, **changes: Any) -> Verdict:
         return dataclasses.replace(self, **changes)
 
     def to_row(self) -> list[Any]:
         """`to_dict`'s values in field order: what a sandbox child sends its parent
-        per item (a list encodes and decodes in a fraction of a dict's time)."""
-        return [
+        per item (a list encodes and decodes in a fraction of a dict's time). A code
+        verdict's row has one more value, the dict of its `CODE_FIELDS`."""
+        row: list[Any] = [
             self.correct,
             self.status.value,
             self.format_valid,
@@ -211,10 +229,18 @@ class Verdict:
             self.grader_version,
             self.cached,
         ]
+        if self.kind != "math":
+            row.append(self._code_dict())
+        return row
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Verdict:
         """The verdict of a `to_row` list; ValueError when it is not one."""
+        code = row[-1] if len(row) == len(VERDICT_FIELDS) + 1 else None
+        if code is not None:
+            if not isinstance(code, Mapping):
+                raise ValueError("a code verdict row ends with a dict")
+            row = row[:-1]
         if len(row) != len(VERDICT_FIELDS):
             raise ValueError(f"a verdict row has {len(VERDICT_FIELDS)} values")
         (correct, status, valid, extracted, method, pred, gold, how, reason, version,
@@ -222,7 +248,7 @@ class Verdict:
         for text in (extracted, pred, gold):
             if not (text is None or isinstance(text, str)):
                 raise ValueError("a verdict row's texts are strings or null")
-        return build_verdict(
+        verdict = build_verdict(
             bool(correct),
             _member(STATUS_BY_VALUE, status, "Status"),
             bool(valid),
@@ -235,11 +261,25 @@ class Verdict:
             str(version),
             bool(cached),
         )
+        if code is not None:
+            _set_code_fields(verdict, code)
+        return verdict
 
 
+# A code verdict's own fields (issue 39): in its dict and row only when kind != "math".
+CODE_FIELDS: tuple[str, ...] = (
+    "kind",
+    "score",
+    "tests_passed",
+    "tests_total",
+    "failure",
+)
 # The verdict's fields, named once: every consumer (the cache's entries, the CLI's
 # output lines, the copies a batch hands to duplicate answers) takes its list here.
-VERDICT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Verdict))
+# Every verdict has them; a code verdict has `CODE_FIELDS` besides.
+VERDICT_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(Verdict) if f.name not in CODE_FIELDS
+)
 # Each field's slot setter, in field order (see `build_verdict`): a field added fails
 # this unpacking at import, one moved the round trip in tests/unit/test_models.
 (
@@ -255,7 +295,22 @@ VERDICT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Verdi
     _set_grader_version,
     _set_cached,
 ) = (getattr(Verdict, name).__set__ for name in VERDICT_FIELDS)
+_set_kind, _set_score, _set_tests_passed, _set_tests_total, _set_failure = (
+    getattr(Verdict, name).__set__ for name in CODE_FIELDS
+)
 _new_object = object.__new__
+
+
+def _set_code_fields(verdict: Verdict, data: Mapping[str, Any]) -> None:
+    """A code verdict's fields from its dict (`from_dict`, `from_row`)."""
+    kind, score, passed, total, failure = (data.get(name) for name in CODE_FIELDS)
+    if not isinstance(kind, str):
+        raise ValueError("a code verdict's kind is a string")
+    _set_kind(verdict, kind)
+    _set_score(verdict, None if score is None else float(score))
+    _set_tests_passed(verdict, None if passed is None else int(passed))
+    _set_tests_total(verdict, None if total is None else int(total))
+    _set_failure(verdict, None if failure is None else dict(failure))
 
 
 def build_verdict(
@@ -292,6 +347,11 @@ def build_verdict(
     _set_reason(verdict, reason)
     _set_grader_version(verdict, grader_version)
     _set_cached(verdict, cached)
+    _set_kind(verdict, "math")  # the code fields' defaults (`_set_code_fields`)
+    _set_score(verdict, None)
+    _set_tests_passed(verdict, None)
+    _set_tests_total(verdict, None)
+    _set_failure(verdict, None)
     return verdict
 
 
@@ -317,10 +377,19 @@ ANSWER_FIELDS = tuple(
 )
 
 
+# A code verdict whose first failure is one of these depends on the machine's load
+# (a test that ran out of time or memory on a busy worker may pass on an idle one).
+LOAD_DEPENDENT_FAILURES = frozenset({"timeout", "memory"})
+
+
 def is_final(verdict: Verdict) -> bool:
     """Whether a later run may take `verdict` as it is (the cache, `--resume`): a
-    status that depends on neither load nor our bugs, from a named grader version."""
-    return verdict.status not in TRANSIENT_STATUSES and bool(verdict.grader_version)
+    status that depends on neither load nor our bugs, from a named grader version;
+    for a code verdict, also no first failure that depends on load."""
+    if verdict.status in TRANSIENT_STATUSES or not verdict.grader_version:
+        return False
+    failure = verdict.failure
+    return failure is None or failure.get("kind") not in LOAD_DEPENDENT_FAILURES
 
 
 def ungraded_verdict(status: Status, reason: str, grader_version: str = "") -> Verdict:

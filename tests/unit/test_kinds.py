@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from workers import kinds, verifier
+from workers.code.item import encode_code_gold, grade_code_item
+from workers.code.version import CODE_GRADER_VERSION
 from workers.errors import ConfigError, InvalidRequestError
 
 
@@ -29,4 +31,13 @@ def test_unknown_kind_is_a_bad_request() -> None:
 def test_a_kind_registers_once() -> None:
     with pytest.raises(ConfigError, match="registered already"):
         kinds.register(kinds.KindGrader(kind="math", version="x", grade=verifier.grade))
-    assert kinds.kinds() == ["math"]
+    assert kinds.kinds() == ["code", "math"]
+
+
+def test_code_is_the_code_grader_and_its_kind_is_in_the_gold() -> None:
+    code = kinds.grader_for("code")
+    assert code.version == CODE_GRADER_VERSION
+    assert code.grade is grade_code_item
+    gold = encode_code_gold({"test_list": ["assert f() == 1"]})
+    assert kinds.kind_of(gold) == "code"
+    assert kinds.kind_of("42") == kinds.kind_of("\\boxed{x}") == "math"

@@ -120,3 +120,32 @@ def test_models_options_to_dict_is_asdict() -> None:
     options = GradeOptions(allow_fallback=False, approximate=True, rel_tol=1e-3)
     assert list(options.to_dict().items()) == list(dataclasses.asdict(options).items())
     assert GradeOptions.from_dict(options.to_dict()) == options
+
+
+def test_models_code_verdict_round_trips_and_math_verdicts_gain_no_keys() -> None:
+    from workers.models import CODE_FIELDS
+
+    math = Verdict(
+        correct=True,
+        status=Status.CORRECT,
+        format_valid=True,
+        extracted="4",
+        extraction_method=ExtractionMethod.BOXED,
+    )
+    # A math verdict's dict and row are exactly the fields they always were.
+    assert tuple(math.to_dict()) == VERDICT_FIELDS
+    assert len(math.to_row()) == len(VERDICT_FIELDS)
+    code = math.replace(
+        kind="code",
+        score=0.5,
+        tests_passed=1,
+        tests_total=2,
+        failure={"index": 1, "kind": "runtime_error", "exception": "ValueError"},
+    )
+    assert tuple(code.to_dict()) == VERDICT_FIELDS + CODE_FIELDS
+    for back in (Verdict.from_dict(code.to_dict()), Verdict.from_row(code.to_row())):
+        assert back == code
+        assert back.failure == code.failure
+    assert Verdict.from_row(math.to_row()).kind == "math"
+    with pytest.raises(ValueError, match="ends with a dict"):
+        Verdict.from_row([*math.to_row(), "not a dict"])

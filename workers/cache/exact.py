@@ -40,6 +40,8 @@ from typing import Any
 import orjson
 
 from workers.cache.results import SqliteResultCache
+from workers.code.item import CODE_GOLD_PREFIX
+from workers.code.version import CODE_GRADER_VERSION
 from workers.jsontext import json_text
 from workers.models import GradeOptions, Verdict, is_final
 
@@ -58,16 +60,22 @@ _THREADED_UNIT_KEYS = 16
 def exact_keyer(
     grader_version: str, options: GradeOptions
 ) -> Callable[[str, str], str]:
-    """(response, gold) -> sha256 hex digest, grader version and options fixed."""
+    """(response, gold) -> sha256 hex digest, grader version and options fixed.
+
+    A code item (its gold is encoded tests, `workers.code.item`) is keyed under the
+    code grader's version as well: a new code grader misses its old verdicts."""
     head = _EXACT_HEAD + _CANONICAL_JSON.encode(
         [grader_version, options.to_dict()]
+    ).encode("ascii")
+    code_head = _EXACT_HEAD + _CANONICAL_JSON.encode(
+        [grader_version, CODE_GRADER_VERSION, options.to_dict()]
     ).encode("ascii")
     sha256 = hashlib.sha256
 
     def key_of(response: str, gold: str) -> str:
         # surrogatepass: model text may carry lone surrogates; they must hash.
         text = response.encode("utf-8", "surrogatepass")
-        digest = sha256(head)
+        digest = sha256(code_head if gold.startswith(CODE_GOLD_PREFIX) else head)
         digest.update(b"%d\x00" % len(text))  # where the response ends
         digest.update(text)
         digest.update(gold.encode("utf-8", "surrogatepass"))
@@ -172,9 +180,10 @@ class ExactLayer:
     def unit_key(self, unit: Any, body: bytes) -> str:
         """The key of a whole unit of the embedded pool's line mode: its JSON (line
         numbers, field names, options) and its bytes (the lines), under this grader
-        version."""
+        version and the code grader's (a unit's lines may hold code rows)."""
         digest = hashlib.sha256(_UNIT_HEAD)
         digest.update(self._grader_version.encode() + b"\x00")
+        digest.update(CODE_GRADER_VERSION.encode() + b"\x00")
         digest.update(orjson.dumps(unit, option=orjson.OPT_SORT_KEYS) + b"\x00")
         digest.update(body)
         return digest.hexdigest()

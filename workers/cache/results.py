@@ -25,6 +25,8 @@ import orjson
 from workers.errors import CacheError
 from workers.models import (
     ANSWER_FIELDS,
+    CODE_FIELDS,
+    PER_RESPONSE_FIELDS,
     STATUS_BY_VALUE,
     TRANSIENT_STATUSES,
     VERIFY_METHOD_BY_VALUE,
@@ -42,10 +44,16 @@ __all__ = [
     "cache_entry",
     "cache_key",
     "cache_keyer",
+    "code_verdict_from_entry",
     "verdict_from_entry",
 ]
 
 _ANSWER_FIELD_SET = frozenset(ANSWER_FIELDS)
+# A code verdict's entry: its answer fields and, under "code", its own fields (a code
+# item's key is its whole response, so its per-response fields are the key's too).
+_CODE_PART = "code"
+_CODE_ENTRY_SET = _ANSWER_FIELD_SET | {_CODE_PART}
+_CODE_PART_FIELDS = (*CODE_FIELDS, *PER_RESPONSE_FIELDS)
 _SQLITE_CHUNK = 500
 _STATUS_VALUES = frozenset(s.value for s in Status if s not in TRANSIENT_STATUSES)
 
@@ -107,11 +115,34 @@ def cache_entry(verdict: Verdict) -> dict[str, Any]:
     if verdict.status in TRANSIENT_STATUSES:
         raise ValueError(f"transient verdict {verdict.status} must not be cached")
     full = verdict.to_dict()
-    return {name: full[name] for name in ANSWER_FIELDS}
+    entry = {name: full[name] for name in ANSWER_FIELDS}
+    if verdict.kind != "math":
+        entry[_CODE_PART] = {name: full[name] for name in _CODE_PART_FIELDS}
+    return entry
+
+
+def code_verdict_from_entry(entry: Mapping[str, Any], cached: bool) -> Verdict | None:
+    """The whole verdict of a code item's entry (None: the entry is a math one, or
+    its code part does not read as a verdict: a miss)."""
+    code = entry.get(_CODE_PART)
+    if not isinstance(code, dict):
+        return None
+    fields = {name: entry[name] for name in ANSWER_FIELDS}
+    fields.update(code)
+    fields["cached"] = cached
+    try:
+        return Verdict.from_dict(fields)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _valid_entry(entry: object) -> bool:
-    if not isinstance(entry, dict) or entry.keys() != _ANSWER_FIELD_SET:
+    if not isinstance(entry, dict):
+        return False
+    keys = entry.keys()
+    if keys != _ANSWER_FIELD_SET and not (
+        keys == _CODE_ENTRY_SET and isinstance(entry[_CODE_PART], dict)
+    ):
         return False
     if not isinstance(entry["correct"], bool):
         return False

@@ -2,10 +2,14 @@
 memo of decided answers and in-batch de-duplication leave; new answers are stored.
 
 Shared by the Celery task and the embedded local pool, so both give identical verdicts.
+A batch's code items (their gold is encoded tests, `workers.code.item`) are split
+off and graded in this process by `workers.embedded.code_items`; a batch without any
+costs one scan of its golds and takes the math path unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,6 +23,8 @@ from workers.cache.results import (
     cache_keyer,
     verdict_from_entry,
 )
+from workers.code.item import CODE_GOLD_PREFIX
+from workers.embedded.code_items import CodeItemGrader, CodeStepMarker
 from workers.errors import CacheError
 from workers.kinds import DEFAULT_KIND, grader_for
 from workers.models import (
@@ -33,6 +39,7 @@ from workers.sandbox.process import ItemPrep, ItemResult, Selector
 __all__ = [
     "BatchGrader",
     "BatchObserver",
+    "CodeSteps",
     "DecisionMemo",
     "GradeItem",
     "NullObserver",
@@ -49,6 +56,16 @@ class GradeItem:
     index: int
     response: str
     gold: str
+
+
+class CodeSteps(CodeStepMarker, Protocol):
+    """A `SelectingGrader` whose parent watches its steps (the pool's `InlineGrader`):
+    told where a batch's code items are graded (`begin_code`) and which positions of
+    the batch a call of `grade_selected` gets when code items were split off."""
+
+    def narrowed(
+        self, positions: Sequence[int]
+    ) -> contextlib.AbstractContextManager[None]: ...
 
 
 class SelectingGrader(Protocol):
@@ -180,6 +197,8 @@ class BatchGrader:
         exact: ExactLayer | None = None,
         hold_stores: bool = False,
         memo: DecisionMemo | None = None,
+        code_steps: CodeSteps | None = None,
+        code_cache: CacheBackend | None = None,
     ) -> None:
         self._sandbox = sandbox
         self._cache = cache
@@ -187,11 +206,62 @@ class BatchGrader:
         self._exact = exact
         self._held: dict[str, dict[str, Any]] | None = {} if hold_stores else None
         self._memo = memo
+        self._code_steps = code_steps
+        # Code items use the answer cache, or `code_cache` where the math items go
+        # without one (a line-mode unit's: a code rollout costs a sandbox run).
+        self._code = CodeItemGrader(
+            cache or code_cache, self._observer, self._held, code_steps
+        )
 
     def grade(
         self, items: Sequence[GradeItem], options: GradeOptions
     ) -> list[tuple[int, Verdict]]:
         """Grade `items`; returns (item.index, verdict) in the order of `items`."""
+        prefix = CODE_GOLD_PREFIX
+        for item in items:
+            if item.gold.startswith(prefix):
+                return self._grade_mixed(items, options)
+        return self._grade_math(items, options)
+
+    def _grade_mixed(
+        self, items: Sequence[GradeItem], options: GradeOptions
+    ) -> list[tuple[int, Verdict]]:
+        """Math items by the math path, code items by `CodeItemGrader`, merged."""
+        is_code = [item.gold.startswith(CODE_GOLD_PREFIX) for item in items]
+        verdicts: list[Verdict | None] = [None] * len(items)
+        math_at = [i for i, code in enumerate(is_code) if not code]
+        if math_at:
+            with self._narrowed(math_at):
+                graded = self._grade_math([items[i] for i in math_at], options)
+            for position, (_index, verdict) in zip(math_at, graded, strict=True):
+                verdicts[position] = verdict
+        code_at = [i for i, code in enumerate(is_code) if code]
+        code_items = [(i, items[i].response, items[i].gold) for i in code_at]
+        code_verdicts = self._code.grade(code_items, options)
+        for position, verdict in zip(code_at, code_verdicts, strict=True):
+            verdicts[position] = verdict
+        if self._exact is not None:
+            pairs = [(response, gold) for _i, response, gold in code_items]
+            try:
+                self._exact.store(pairs, code_verdicts, options)
+            except CacheError as exc:
+                log.warning("exact-response cache store failed: %s", exc)
+        return [
+            (item.index, verdict)
+            for item, verdict in zip(items, verdicts, strict=True)
+            if verdict is not None
+        ]
+
+    def _narrowed(
+        self, positions: Sequence[int]
+    ) -> contextlib.AbstractContextManager[None]:
+        if self._code_steps is None:
+            return contextlib.nullcontext()
+        return self._code_steps.narrowed(positions)
+
+    def _grade_math(
+        self, items: Sequence[GradeItem], options: GradeOptions
+    ) -> list[tuple[int, Verdict]]:
         run = _BatchRun(
             self._cache, self._observer, items, options, self._held, self._memo
         )
@@ -209,7 +279,9 @@ class BatchGrader:
         """Write the held cache entries (`hold_stores`); a failure is logged."""
         if not self._held:
             return
-        entries, self._held = self._held, {}
+        # Emptied in place: the code items' grader holds the same dict.
+        entries = dict(self._held)
+        self._held.clear()
         if self._cache is not None:
             _store_entries(self._cache, entries)
 

@@ -26,16 +26,17 @@ sends the rest of the batch again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from workers import verifier
 from workers.kinds import DEFAULT_KIND, grader_for
 from workers.models import GradeOptions, Status
 from workers.sandbox.child import EXIT_MEMORY, decide_item
 from workers.sandbox.process import GradeFn, ItemPrep, ItemResult, Selector
-from workers.sandbox.progress import DECIDE, PREPARE, ProgressSlot
+from workers.sandbox.progress import CODE, DECIDE, PREPARE, ProgressSlot
 from workers.sandbox.verdicts import grader_raised_reason, unprepared_failure_verdict
 
 __all__ = ["InlineGrader"]
@@ -59,6 +60,23 @@ class InlineGrader:
         # What the slot calls position p of the pairs graded (None: p itself); a
         # unit of lines numbers its items across all its grading calls.
         self.positions: Sequence[int] | None = None
+
+    def begin_code(self, position: int) -> None:
+        """Item `position` is being graded as code (the parent allows it the code
+        grader's wall budget, `CODE` step)."""
+        where = self.positions
+        self._slot.begin(self.batch, where[position] if where else position, CODE)
+
+    @contextlib.contextmanager
+    def narrowed(self, positions: Sequence[int]) -> Iterator[None]:
+        """Within: `grade_selected` gets only the items at `positions` of the batch
+        (the others are code items), and marks the slot with their own positions."""
+        saved = self.positions
+        self.positions = [saved[p] for p in positions] if saved else list(positions)
+        try:
+            yield
+        finally:
+            self.positions = saved
 
     def grade_selected(
         self, pairs: Sequence[tuple[str, str]], options: GradeOptions, select: Selector

@@ -48,7 +48,8 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from workers.cache.exact import ExactLayer, unit_text
-from workers.cache.results import SqliteResultCache
+from workers.cache.results import CacheBackend, SqliteResultCache
+from workers.code.item import code_row_limits
 from workers.embedded.batch import BatchGrader, DecisionMemo, GradeItem, NullObserver
 from workers.embedded.inline import InlineGrader
 from workers.errors import CacheError, DeadlineError, SandboxError
@@ -72,7 +73,7 @@ from workers.sandbox.childproc import (
     write_body_frame,
 )
 from workers.sandbox.process import GradeFn, warm_up_verifier
-from workers.sandbox.progress import DECIDE, ProgressSlot, Step
+from workers.sandbox.progress import CODE, DECIDE, ProgressSlot, Step
 from workers.sandbox.verdicts import (
     MEMORY_ERROR_REASON,
     culprit_verdict,
@@ -99,6 +100,11 @@ _STOP_POLL_S = 0.001
 # How often the parent looks at its workers' progress slots and RSS while it waits
 # for answers (answers wake it sooner): the granularity of the deadline and the cap.
 _WATCH_S = 0.01
+# Past a code item's own wall budget (`CodeLimits.wall_s`), before the pool kills
+# its worker: the sandbox's first start in a worker (its two zygotes) is in it.
+CODE_STEP_GRACE_S = 30.0
+# A batch's backstop: its items' deadlines (+1 s each) and this.
+_BACKSTOP_S = 60.0
 # Batches sent to a worker before it answers the first: the next one waits in its
 # pipe, so a worker never idles while the CLI reads its answer and picks more work
 # (on a busy machine the CLI may wait for a core first).
@@ -186,6 +192,9 @@ class _WorkerConfig:
     unit_fn: UnitFn | None
     # Unit functions that want `UnitGrading.graded` (it costs a list entry an item).
     collect_graded: bool
+    # Builds, in the worker, a cache for code items where there is no cache file
+    # (a fleet's line pool: the fleet's Redis cache).
+    code_cache: Callable[[], CacheBackend] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -228,8 +237,14 @@ def _worker_loop(
     # verifier's decisions only: another grade function may look past the answer.
     # Not in front of an answer cache, whose hits say `cached` (a memo's do not).
     memo = DecisionMemo() if config.grade_fn is None else None
+    code_cache = cache or (config.code_cache() if config.code_cache else None)
     grader = BatchGrader(
-        sandbox=inline, cache=cache, exact=exact, memo=memo if cache is None else None
+        sandbox=inline,
+        cache=cache,
+        exact=exact,
+        memo=memo if cache is None else None,
+        code_steps=inline,
+        code_cache=code_cache,
     )
     # A unit's result is stored whole, once (`ExactLayer.store_units`), and units use
     # no answer layer: a hit there still needs the response prepared and only saves
@@ -237,8 +252,16 @@ def _worker_loop(
     # more than that (measured, issue 11: some 15-20 us a rollout against 1-4 for
     # the unit rows alone). The memo saves the same deciding for a dict lookup.
     collector = _Collector() if config.collect_graded else None
-    unit_grader = BatchGrader(sandbox=inline, cache=None, observer=collector, memo=memo)
-    limit_address_space(self_size_bytes()[0] + config.item_memory_bytes)
+    unit_grader = BatchGrader(
+        sandbox=inline,
+        cache=None,
+        observer=collector,
+        memo=memo,
+        code_steps=inline,
+        code_cache=code_cache,
+    )
+    # The soft limit only: a code item's sandbox, started from here, sets its own.
+    limit_address_space(self_size_bytes()[0] + config.item_memory_bytes, soft_only=True)
     held = None if cache is None else _HeldRows(cache, exact)
     probes = _Probes()
     try:
@@ -767,6 +790,8 @@ class LocalPool:
         collect_graded: whether the `unit_fn` may read `UnitGrading.graded`.
         on_restart: called with "timeout", "memory", "crash" or "recycle" when a
             worker is replaced (as a fleet's `Sandbox` reports its child's).
+        code_cache: builds, in each worker, the result cache of code items when
+            there is no `cache_path` (a fleet's line pool: its Redis cache).
         max_attempts: a batch whose worker process dies for no reason found in its
             progress slot is re-run on a fresh worker up to this many times in all;
             then the item it was on (else the whole batch) gets an `error` verdict.
@@ -789,6 +814,7 @@ class LocalPool:
         warm_up: bool = True,
         collect_graded: bool = False,
         on_restart: Callable[[str], None] | None = None,
+        code_cache: Callable[[], CacheBackend] | None = None,
     ) -> None:
         if processes < 1 or batch_size < 1 or max_attempts < 1:
             raise ValueError("processes, batch_size and max_attempts must be >= 1")
@@ -800,6 +826,9 @@ class LocalPool:
         self._batch_size = batch_size
         self._max_attempts = max_attempts
         self._item_timeout_s = item_timeout_s
+        # A code item's step: the code grader's own wall budget bounds it; this is
+        # the backstop past it (sandbox start included).
+        self._code_step_s = code_row_limits().wall_s + CODE_STEP_GRACE_S
         self._warm_up = warm_up
         self._config = _WorkerConfig(
             item_timeout_s=item_timeout_s,
@@ -809,6 +838,7 @@ class LocalPool:
             grade_fn=grade_fn,
             unit_fn=unit_fn,
             collect_graded=collect_graded,
+            code_cache=code_cache,
         )
         self._on_restart = on_restart
         self._workers: dict[int, _Worker] = {}  # by from_fd
@@ -1015,7 +1045,7 @@ class LocalPool:
         worker.deadline = (
             max(worker.deadline, time.monotonic())
             + count * (self._item_timeout_s + 1)
-            + 60
+            + _BACKSTOP_S
         )
         try:
             write_body_frame(worker.to_fd, message, body)
@@ -1056,8 +1086,11 @@ class LocalPool:
             step_s = -1.0
             if current is not None and current.batch == worker.batches[0][0]:
                 step_s = current.seconds
-            if step_s > self._item_timeout_s:
-                reason = deadline_reason(self._item_timeout_s)
+            limit_s = self._item_timeout_s
+            if current is not None and current.step == CODE:
+                limit_s = self._code_step_s
+            if step_s > limit_s:
+                reason = deadline_reason(limit_s)
                 worker.killed_for = (Status.TIMEOUT, reason)
                 assert current is not None
                 worker.overran = (current.batch, current.position)
@@ -1065,6 +1098,11 @@ class LocalPool:
                 reason = memory_cap_reason(self._config.item_memory_bytes)
                 worker.killed_for = (Status.MEMORY_LIMIT, reason)
             elif worker.deadline >= now:
+                continue
+            elif current is not None and current.step == CODE:
+                # A code item, within its own limit: the batch's backstop (sized
+                # for math items) counts again from here.
+                worker.deadline = now + self._item_timeout_s + 1 + _BACKSTOP_S
                 continue
             self._worker_lost(worker, job)
 

@@ -14,6 +14,7 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 from celery.worker import control
 
 import workers.fleet.tasks  # noqa: F401  (registers gradefleet.grade_batch, a shared task)
+from workers.code.item import set_code_limits
 from workers.fleet.kombu_fixes import (
     closed_channels_fail_as_connection_errors,
     failed_acks_free_their_prefetch_slot,
@@ -100,6 +101,8 @@ def _time_limits_s(settings: WorkerSettings) -> tuple[float, float]:
 def create_app(settings: WorkerSettings) -> Celery:
     """A Celery app for the fleet: JSON only, late acks, prefetch 1, named task."""
     configure(settings)
+    if settings.code_limits is not None:  # before the prefork children: inherited
+        set_code_limits(settings.code_limits)
     _limit_remote_control()
     closed_channels_fail_as_connection_errors()
     failed_acks_free_their_prefetch_slot()

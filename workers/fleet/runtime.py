@@ -8,11 +8,13 @@ after the fork (`workers.fleet.app` wires the Celery signals).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
 
 from workers.cache.redis_store import RedisResultCache
+from workers.cache.results import CacheBackend
 from workers.embedded.batch import BatchGrader
 from workers.embedded.pool import LocalPool
 from workers.errors import ConfigError
@@ -169,6 +171,22 @@ def _line_grader(sandbox: Sandbox, observer: TaskObserver) -> BatchGrader:
     return BatchGrader(sandbox=sandbox, cache=None, observer=observer)
 
 
+def _code_cache(settings: WorkerSettings) -> Callable[[], CacheBackend] | None:
+    """What the line pool's worker builds its code items' cache with: the fleet's
+    Redis cache, on a client of its own (made after the fork)."""
+    url = settings.cache_url
+    if url is None:
+        return None
+
+    def build() -> CacheBackend:
+        client = RedisClients(socket_timeout=_SOCKET_TIMEOUT_S).get(url)
+        return RedisResultCache(
+            client, ttl_s=settings.cache_ttl_s, keyring=settings.keyring
+        )
+
+    return build
+
+
 def _line_pool(settings: WorkerSettings, observer: TaskObserver) -> LocalPool:
     return LocalPool(
         processes=1,
@@ -180,6 +198,7 @@ def _line_pool(settings: WorkerSettings, observer: TaskObserver) -> LocalPool:
         unit_fn=grade_fleet_unit,
         collect_graded=True,
         on_restart=observer.sandbox_restarted,
+        code_cache=_code_cache(settings),
     )
 
 

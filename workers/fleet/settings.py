@@ -6,12 +6,17 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from workers.code.item import code_limits_from_env
 from workers.errors import ConfigError
 from workers.sizing import MAX_AUTO_BATCH_SIZE, RECYCLE_AFTER_ITEMS
 from workers.wire.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
 from workers.wire.signing import Keyring, keyring_from_env
 from workers.wire.urls import connect_url, read_secret
+
+if TYPE_CHECKING:
+    from workers.code.grade import CodeLimits
 
 __all__ = ["WorkerSettings", "parse_lanes"]
 
@@ -49,6 +54,9 @@ class WorkerSettings:
         keyring: the fleet's signing keys (`workers.wire.signing`), from
             `GRADEFLEET_SIGNING_KEY` or the file `GRADEFLEET_SIGNING_KEY_FILE` (one
             key per line, the first signs); None: nothing is authenticated.
+        code_limits: the code grader's limits (`workers.code.grade.CodeLimits`), from
+            `GRADEFLEET_CODE_TIME_LIMIT_S` (per test), `GRADEFLEET_CODE_WALL_S` (a
+            rollout) and `GRADEFLEET_CODE_MEMORY_MB`; None: its defaults.
         test_hooks_path: a Python file whose `hooked_grade` replaces the verifier
             in the sandbox: the test tree's misbehaving grader (never in production).
     """
@@ -71,6 +79,7 @@ class WorkerSettings:
     hostname: str | None = None
     loglevel: str = "INFO"
     keyring: Keyring | None = None
+    code_limits: CodeLimits | None = None
     test_hooks_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -101,8 +110,18 @@ class WorkerSettings:
 
     @property
     def longest_batch_s(self) -> float:
-        """Worst case for one batch: every item runs to its deadline, plus respawns."""
-        return self.max_batch_size * (self.item_timeout_s + 0.5)
+        """Worst case for one batch: every item runs to its deadline, plus respawns.
+
+        A code item's deadline is its first test's time limit plus the program's
+        start (`grade_code` runs no test after a timeout); a code item whose every
+        test passes just under its limit can take up to the code wall budget, and a
+        batch of many such is answered `timeout` past the soft limit (never cached).
+        """
+        item_s = self.item_timeout_s
+        if self.code_limits is not None:
+            code = self.code_limits
+            item_s = max(item_s, code.time_limit_s + code.startup_s)
+        return self.max_batch_size * (item_s + 0.5)
 
     @property
     def visibility_timeout_s(self) -> int:
@@ -151,6 +170,7 @@ class WorkerSettings:
             hostname=env.get("GRADEFLEET_HOSTNAME") or None,
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
             test_hooks_path=env.get("GRADEFLEET_TEST_HOOKS") or None,
+            code_limits=code_limits_from_env(env),
         )
 
 

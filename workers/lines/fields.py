@@ -17,6 +17,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from workers.code.item import CODE_EXTRA_ALIASES, CODE_TEST_ALIASES
 from workers.models import exact_gold_text
 from workers.wire.contract import text_error
 
@@ -114,8 +115,24 @@ def alias_table_text() -> str:
             "id: " + ", ".join(ID_FIELDS),
             "prompt key: " + ", ".join(PROMPT_FIELDS),
             "  else a hash of " + ", ".join(PROMPT_TEXT_FIELDS) + ", else the line",
+            "code tests (a row with one is graded as code; its gold is unused):",
+            *_wrapped(CODE_TEST_ALIASES),
+            "  with " + ", ".join(CODE_EXTRA_ALIASES),
         ]
     )
+
+
+def _wrapped(names: tuple[str, ...], width: int = 76) -> list[str]:
+    """`names` comma-joined on indented lines of at most about `width` characters."""
+    lines: list[str] = []
+    line = ""
+    for name in names:
+        piece = f"{name}, " if name != names[-1] else name
+        if line and len(line) + len(piece) > width:
+            lines.append("  " + line.rstrip())
+            line = ""
+        line += piece
+    return [*lines, "  " + line]
 
 
 def lookup(record: Mapping[str, Any], path: str) -> Any:
@@ -223,11 +240,15 @@ def resolve_golds(record: Mapping[str, Any], spec: FieldSpec) -> tuple[str, list
 
 
 def sample_records(
-    record: dict[str, Any], samples: Samples, gold_field: str
+    record: dict[str, Any],
+    samples: Samples,
+    gold_field: str,
+    keep: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """One record per sample: the response field holds that sample's text, other
     top-level lists of the same length (Qwen's `pred`, `score`) that sample's item,
-    and `sample_idx` its position. A single-text record is returned as is."""
+    and `sample_idx` its position. A single-text record is returned as is. The
+    gold field and the fields in `keep` (a code row's tests) are never split."""
     if not samples.is_list:
         return [record]
     count = len(samples.texts)
@@ -237,6 +258,7 @@ def sample_records(
         if isinstance(value, list)
         and len(value) == count
         and key != gold_field.split(".")[0]
+        and key not in keep
     ]
     out: list[dict[str, Any]] = []
     for index, text in enumerate(samples.texts):

@@ -30,6 +30,13 @@ from typing import IO, Any, TypeVar
 import orjson
 
 from workers import models
+from workers.code.item import (
+    CODE_NESTED_FIELDS,
+    CODE_ROW_FIELDS,
+    TRIGGER_FIELDS,
+    encode_code_gold,
+    is_code_row,
+)
 from workers.lines.fields import (
     GOLD_FIELDS,
     LINE_FIELD,
@@ -90,6 +97,7 @@ DEFAULT_SPEC = FieldSpec()
 VERDICT_FIELDS = tuple(
     name for name in models.VERDICT_FIELDS if name != "canonical_gold"
 )
+_VALUE_COUNT = len(VERDICT_FIELDS)
 # Where `Verdict.to_row` holds the field the output leaves out.
 _CANONICAL_GOLD_IN_ROW = models.VERDICT_FIELDS.index("canonical_gold")
 _CORRECT_AT, _FORMAT_VALID_AT, _CACHED_AT, _STATUS_AT = (
@@ -97,6 +105,9 @@ _CORRECT_AT, _FORMAT_VALID_AT, _CACHED_AT, _STATUS_AT = (
     for name in ("correct", "format_valid", "cached", "status")
 )
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# A record with one of these fields may be a code row (`workers.code.item`).
+_CODE_TRIGGERS = TRIGGER_FIELDS
+_CODE_KEPT = frozenset({*CODE_ROW_FIELDS, *CODE_NESTED_FIELDS, *TRIGGER_FIELDS})
 # Longer lines are rejected without being held in memory (a CoT is ~1-20 KB).
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -129,7 +140,12 @@ def rows_from_record(
 ) -> list[InputRow] | LineError:
     """One row per sample of `record` (see `workers.lines.fields`), or the line's
     error."""
-    if spec.response is None and spec.gold is None and usual_layout(record):
+    if (
+        spec.response is None
+        and spec.gold is None
+        and usual_layout(record)
+        and _CODE_TRIGGERS.isdisjoint(record)
+    ):
         # The row the tables below resolve it to, without walking them (issue 11:
         # 5.5 of the CLI's ~30 us a row).
         return [
@@ -140,6 +156,8 @@ def rows_from_record(
                 record=record,
             )
         ]
+    if spec.gold is None and is_code_row(record):
+        return _code_rows(record, line_no, spec)
     try:
         samples = resolve_samples(record, spec)
         gold_field, golds = resolve_golds(record, spec)
@@ -156,6 +174,25 @@ def rows_from_record(
         for text, sample_record in zip(
             samples.texts, sample_records(record, samples, gold_field), strict=True
         )
+    ]
+
+
+def _code_rows(
+    record: dict[str, Any], line_no: int, spec: FieldSpec
+) -> list[InputRow] | LineError:
+    """A code row's rows: one per sample, each graded against the row's tests (the
+    gold is `encode_code_gold` of the whole record: pass@k over its samples)."""
+    gold = encode_code_gold(record)
+    try:
+        samples = resolve_samples(record, spec)
+    except FieldError as exc:
+        return LineError(line_no=line_no, reason=str(exc))
+    if (error := text_error("", gold)) is not None:
+        return LineError(line_no=line_no, reason=f"code tests: {error}")
+    copies = sample_records(record, samples, "", keep=_CODE_KEPT)
+    return [
+        InputRow(line_no=line_no, response=text, gold=gold, record=copy)
+        for text, copy in zip(samples.texts, copies, strict=True)
     ]
 
 
@@ -414,7 +451,11 @@ def grade_in_place(
 ) -> dict[str, Any]:
     """`record` (a line's own object, shared with no other row) made the output
     object of its one row: `graded_values` without the copy."""
-    record.update(zip(VERDICT_FIELDS, values, strict=True))
+    if len(values) == _VALUE_COUNT:
+        record.update(zip(VERDICT_FIELDS, values, strict=True))
+    else:  # a code verdict's values end with the dict of its own fields
+        record.update(zip(VERDICT_FIELDS, values[:-1], strict=True))
+        record.update(values[-1])
     record[LINE_FIELD] = line_no
     return record
 

@@ -201,11 +201,15 @@ def statm_rss_bytes(statm_fd: int) -> int:
         return 0
 
 
-def limit_address_space(limit_bytes: int) -> None:
-    """RLIMIT_AS of this process = `limit_bytes` (never above the hard limit)."""
+def limit_address_space(limit_bytes: int, *, soft_only: bool = False) -> None:
+    """RLIMIT_AS of this process = `limit_bytes` (never above the hard limit).
+
+    `soft_only`: the hard limit stays as it is, for a process that runs only our own
+    code but starts the code sandbox (`workers.code.sandbox`), whose processes set
+    their own, larger limits and could not raise an inherited hard one."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = limit_bytes if hard == resource.RLIM_INFINITY else min(hard, limit_bytes)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard if soft_only else limit))
 
 
 def open_statm(pid: int, what: str) -> int:

@@ -16,12 +16,13 @@ import struct
 import time
 from typing import NamedTuple
 
-__all__ = ["DECIDE", "PREPARE", "ProgressSlot", "Step"]
+__all__ = ["CODE", "DECIDE", "PREPARE", "ProgressSlot", "Step"]
 
 # batch id, position in the batch, step (PREPARE/DECIDE), step start
 # (time.monotonic_ns; 0: idle)
 _SLOT = struct.Struct("qqqq")
-PREPARE, DECIDE = 0, 1
+# CODE: grading a code item (its deadline is the code grader's wall budget).
+PREPARE, DECIDE, CODE = 0, 1, 2
 
 
 class Step(NamedTuple):
@@ -29,7 +30,7 @@ class Step(NamedTuple):
 
     batch: int
     position: int  # in the batch
-    step: int  # PREPARE or DECIDE
+    step: int  # PREPARE, DECIDE or CODE
     seconds: float  # since the step began
 
 

@@ -8,11 +8,12 @@ worker keeps dying), so a failure reads the same wherever it happened.
 from __future__ import annotations
 
 from workers import verifier
-from workers.kinds import DEFAULT_KIND, grader_for
+from workers.kinds import CODE_KIND, DEFAULT_KIND, grader_for, kind_of
 from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 
 __all__ = [
     "MEMORY_ERROR_REASON",
+    "code_failure_verdict",
     "culprit_verdict",
     "deadline_reason",
     "failure_verdict",
@@ -44,7 +45,10 @@ def memory_cap_reason(item_memory_bytes: int) -> str:
 def failure_verdict(
     status: Status, reason: str, response: str, gold: str, options: GradeOptions
 ) -> Verdict:
-    """A failure verdict that still carries the (cheap, bounded) extraction."""
+    """A failure verdict that still carries the (cheap, bounded) extraction; a code
+    item's (its gold is encoded tests) is of kind "code", with no extraction."""
+    if kind_of(gold) == CODE_KIND:
+        return code_failure_verdict(status, reason)
     prepared = verifier.prepare(response, gold, options=options)
     return verifier.verdict_from(prepared, status=status, reason=reason)
 
@@ -53,6 +57,12 @@ def unprepared_failure_verdict(status: Status, reason: str) -> Verdict:
     """A failure verdict without the response's extraction: for an item that failed
     while it was being prepared (preparing it again could fail the same way)."""
     return ungraded_verdict(status, reason, grader_for(DEFAULT_KIND).version)
+
+
+def code_failure_verdict(status: Status, reason: str) -> Verdict:
+    """The failure verdict of a code item that was not graded."""
+    verdict = ungraded_verdict(status, reason, grader_for(CODE_KIND).version)
+    return verdict.replace(kind=CODE_KIND)
 
 
 def culprit_verdict(
@@ -66,7 +76,7 @@ def culprit_verdict(
     """The verdict of an item that failed: with its extraction when it had been
     prepared, without when preparing it failed (preparing it again could fail the
     same way, or hang)."""
-    if prepared:
+    if prepared or kind_of(pair[1]) == CODE_KIND:
         return failure_verdict(status, reason, *pair, options)
     return unprepared_failure_verdict(status, reason)
 

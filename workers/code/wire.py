@@ -1,0 +1,105 @@
+"""Length-prefixed frames of plain data (`workers.code.plain`) over pipes and sockets.
+
+Every channel of the code grader uses these frames: worker <-> zygotes (a Unix socket,
+which also carries the pipe ends of a rollout as SCM_RIGHTS), harness <-> model (two
+pipes). A frame is a 4-byte big-endian length and the plain-data encoding. The reader
+bounds the length before reading and decodes with `decode_plain`, which builds only
+exact builtin types, so a frame from a hostile writer is a value or a `WireError`,
+never code. Reads take an absolute deadline (`time.monotonic()` seconds). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from workers.code.errors import CodeGraderError, PlainDataError
+from workers.code.plain import decode_plain, encode_plain
+
+__all__ = ["WireError", "WireTimeout", "read_frame", "recv_fds_frame", "send_frame"]
+
+_HEADER = struct.Struct(">I")
+
+
+class WireError(CodeGraderError):
+    """The other end closed, sent a malformed frame, or one over the size bound."""
+
+
+class WireTimeout(WireError):
+    """No complete frame before the deadline."""
+
+
+def _wait_readable(fd: int, deadline: float | None) -> None:
+    if deadline is None:
+        return
+    left = deadline - time.monotonic()
+    if left <= 0 or not select.select([fd], [], [], left)[0]:
+        raise WireTimeout("deadline passed")
+
+
+def _read_exact(fd: int, size: int, deadline: float | None) -> bytes:
+    chunks: list[bytes] = []
+    while size:
+        _wait_readable(fd, deadline)
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            raise WireError("channel closed")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def encode_frame(value: Any, max_bytes: int) -> bytes:
+    payload = encode_plain(value, max_bytes=max_bytes)
+    return _HEADER.pack(len(payload)) + payload
+
+
+def send_frame(fd: int, value: Any, *, max_bytes: int, fds: Sequence[int] = ()) -> None:
+    """Write one frame; `fds` (a socket only) travel with its first bytes."""
+    data = encode_frame(value, max_bytes)
+    if fds:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sent = socket.send_fds(sock, [data[: _HEADER.size]], list(fds))
+        if sent != _HEADER.size:
+            raise WireError("short write of a frame header")
+        data = data[_HEADER.size :]
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _payload(fd: int, header: bytes, max_bytes: int, deadline: float | None) -> Any:
+    (size,) = _HEADER.unpack(header)
+    if size > max_bytes:
+        raise WireError(f"frame of {size} bytes over the bound of {max_bytes}")
+    try:
+        return decode_plain(_read_exact(fd, size, deadline), max_bytes)
+    except PlainDataError as exc:
+        raise WireError(f"malformed frame: {exc}") from None
+
+
+def read_frame(fd: int, *, max_bytes: int, deadline: float | None = None) -> Any:
+    """The next frame's value; `WireError` on EOF, oversize or garbage."""
+    return _payload(fd, _read_exact(fd, _HEADER.size, deadline), max_bytes, deadline)
+
+
+def recv_fds_frame(
+    sock: socket.socket, *, max_bytes: int, max_fds: int
+) -> tuple[Any, list[int]]:
+    """The next frame from a Unix socket with the descriptors sent along with it."""
+    header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, max_fds)
+    if len(header) < _HEADER.size and header:
+        header += _read_exact(sock.fileno(), _HEADER.size - len(header), None)
+    if not header:
+        raise WireError("channel closed")
+    try:
+        return _payload(sock.fileno(), header, max_bytes, None), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
