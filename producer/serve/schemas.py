@@ -178,7 +178,13 @@ class GradeResult(BaseModel):
     reason: str
     grader_version: str
     cached: bool
-    score: float
+    score: float = Field(description="The reward (a code item's: 1 when all passed).")
+    kind: str = Field(default="math", description="`code` for a code item.")
+    tests_passed: int | None = Field(default=None, description="code items only")
+    tests_total: int | None = Field(default=None, description="code items only")
+    failure: dict[str, Any] | None = Field(
+        default=None, description="code items only: the first failing test"
+    )
 
 
 class GradeResponse(BaseModel):
@@ -229,7 +235,8 @@ def _all_finite(value: Any, depth: int = 0) -> bool:
 
 
 class NemoGymVerifyRequest(BaseModel):
-    """NeMo Gym's resources-server verify request for math (extra fields echoed)."""
+    """NeMo Gym's resources-server verify request (extra fields echoed): math
+    (`expected_answer`) or `code_gen` (`verifier_metadata.unit_tests`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -241,5 +248,16 @@ class NemoGymVerifyRequest(BaseModel):
         return data
 
     response: dict[str, Any]
-    expected_answer: str | int | float
+    expected_answer: str | int | float | None = None
     question: str | None = None
+    verifier_metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _has_a_gold(self) -> NemoGymVerifyRequest:
+        tests = (self.verifier_metadata or {}).get("unit_tests")
+        if self.expected_answer is None and tests is None:
+            raise ValueError(
+                "expected_answer (math) or verifier_metadata.unit_tests (code_gen)"
+                " is required"
+            )
+        return self
