@@ -25,6 +25,7 @@ __all__ = [
     "openrlhf_payload",
     "spec_gold",
     "strip_query",
+    "tests_row",
 ]
 
 # End-of-text and padding tokens OpenRLHF leaves in `query` (it decodes with special
@@ -91,6 +92,15 @@ def spec_gold(value: object) -> str | None:
         return None
     row = {"ground_truth": value}
     return code_gold(row) if is_code_row(row) else None
+
+
+def tests_row(tests: object) -> dict[str, Any]:
+    """The row of a `tests` value as a framework passes it: a list of assert
+    strings is MBPP's `test_list`; anything else (`{inputs, outputs, fn_name?}`,
+    a list of `{input, output}`, JSON text of either) is read as `tests`."""
+    if isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):
+        return {"test_list": tests}
+    return {"tests": tests}
 
 
 def label_gold(label: object) -> str:

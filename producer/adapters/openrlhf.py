@@ -32,6 +32,7 @@ from producer.adapters.compat import (
     label_gold,
     openrlhf_payload,
     strip_query,
+    tests_row,
 )
 
 __all__ = ["reward_func"]
@@ -51,7 +52,7 @@ def reward_func(
     pairs = [
         (
             strip_query(str(query), prompt),
-            label_gold(label) if test is None else code_gold({"tests": test}),
+            label_gold(label) if test is None else code_gold(tests_row(test)),
         )
         for query, prompt, label, test in zip(
             queries, prompt_list, label_list, tests, strict=True

@@ -13,11 +13,13 @@ it), like TRL's own `accuracy_reward`. Settings: `GRADEFLEET_URL` (or a
 
 Code rows. A row with test columns (`tests`, `input_output`, `test_list`,
 `test` + `entry_point`, a `ground_truth` holding a test spec, ... : the CLI's code
-fields, `workers.code.item.CODE_ROW_FIELDS`) is graded by running the completion's
-program against them in gradefleet's sandbox: 1 when every test passes, else 0. A
-string prompt goes with the row (HumanEval's signature and docstring). The same
+fields, `workers.code.item.CODE_ROW_FIELDS`; a `tests` list of assert strings is
+read as MBPP's `test_list`) is graded by running the completion's program
+against them in gradefleet's sandbox: 1 when every test passes, else 0. The same
 function grades math and code rows side by side; `code_reward` is it under a name
-that reads right in TRL's logs.
+that reads right in TRL's logs. The (string) prompt goes with a row that has an
+`entry_point` (HumanEval: the completion is the body under the prompt's
+signature); any other prompt is left out of the program.
 
 TRL's call site (huggingface/trl@f2cd577, trl/trainer/grpo_trainer.py,
 `_calculate_rewards`): every dataset column but the prompt is passed by name:
@@ -38,6 +40,7 @@ from producer.adapters._common import (
     grade_pairs_async,
     reward_config,
 )
+from producer.adapters.compat import tests_row
 from workers.code.item import CODE_NESTED_FIELDS, CODE_ROW_FIELDS, is_code_row
 from workers.models import Status
 
@@ -87,7 +90,15 @@ def code_golds(kwargs: dict[str, Any], count: int) -> list[str | None]:
     golds: list[str | None] = []
     for index in range(count):
         row = {name: values[index] for name, values in columns.items()}
-        if prompts is not None and isinstance(prompts[index], str):
+        if row.get("tests") is not None:
+            row.update(tests_row(row.pop("tests")))
+        if (
+            prompts is not None
+            and isinstance(prompts[index], str)
+            and row.get("entry_point") is not None
+        ):
+            # HumanEval's prompt is the signature the completion's body goes
+            # under; any other prompt is a question, never part of the program.
             row["prompt"] = prompts[index]
         golds.append(code_gold(row) if is_code_row(row) else None)
     return golds
@@ -121,5 +132,6 @@ async def code_reward(
     completions: Sequence[object], **kwargs: Any
 ) -> list[float | None]:
     """`math_reward` by its code name: a row with tests is graded by them, 1 when
-    all pass, else 0; None where the tests are missing or unusable."""
+    all pass, else 0, None where they are unusable (a row without tests is graded
+    as math)."""
     return await math_reward(completions, **kwargs)

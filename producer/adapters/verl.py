@@ -105,7 +105,9 @@ def sample_gold(data_source: object, ground_truth: Any) -> str:
 def _result(verdict: Verdict, reward: RewardConfig, continuous: bool) -> dict[str, Any]:
     result = result_dict(verdict, reward)
     if continuous and verdict.kind == "code":
-        result["score"] = float(verdict.score or 0.0)  # the fraction passed
+        # From the counts, not `verdict.score`: over HTTP that field is the reward.
+        total = verdict.tests_total or 0
+        result["score"] = (verdict.tests_passed or 0) / total if total else 0.0
     return result
 
 
