@@ -80,7 +80,9 @@ class RolloutIn(BaseModel):
     output: str | None = None
     solution_str: str | None = None
     gold: str | int | float | None = None
-    ground_truth: str | int | float | None = None
+    # An object only as a code row's test spec (verl's shape); `pick_row` refuses
+    # any other object, naming the field.
+    ground_truth: str | int | float | dict[str, Any] | None = None
     answer: str | int | float | None = None
     solution: str | int | float | None = None
     expected_answer: str | int | float | None = None
@@ -134,7 +136,7 @@ ITEM_FIELD_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "output": _TEXT,
     "solution_str": _TEXT,
     "gold": _GOLD,
-    "ground_truth": _GOLD,
+    "ground_truth": (*_GOLD, dict),
     "answer": _GOLD,
     "solution": _GOLD,
     "expected_answer": _GOLD,

@@ -17,9 +17,10 @@ Two ways verl calls a reward function, alternated `--repeat` times each:
   naive reward-loop manager); our coalescer merges them into batches;
 - batch manager: one `compute_score_batch(data_sources=..., ...)` call a step.
 
-Each pass appends its own comment to every program, so no pass is served from the
-result cache of an earlier one. Printed: rollouts/s of each (best pass), the ratio
-per-sample / batch (target >= 0.5), and whether both gave the same verdicts.
+Each pass appends its own comment (a fresh run id and the pass) to every program,
+so no pass is served from the result cache of an earlier pass or run. Printed:
+rollouts/s of each (best pass), the ratio per-sample / batch (target >= 0.5), and
+whether both gave the same verdicts.
 Grading is on the embedded pool unless `--url` names a service or fleet.
 """
 
@@ -31,6 +32,7 @@ import json
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -109,18 +111,19 @@ def main() -> None:
     args = parser.parse_args()
     kwargs: dict[str, Any] = {"grader_url": args.url} if args.url else {}
     rows = verl_rows(args.rows)
+    run = uuid.uuid4().hex[:12]
     per_sample_s, batch_s = [], []
     statuses: dict[str, list[str]] = {}
     with asyncio.Runner() as runner:
         # Warm-up: the pools and the sandboxes' zygotes start (not measured).
-        runner.run(per_sample(rows[:8], "warm-a", kwargs))
-        batch(rows[:8], "warm-b", kwargs)
+        runner.run(per_sample(rows[:8], f"{run}-warm-a", kwargs))
+        batch(rows[:8], f"{run}-warm-b", kwargs)
         for n in range(args.repeat):
             took_s, statuses["per_sample"] = runner.run(
-                per_sample(rows, f"s{n}", kwargs)
+                per_sample(rows, f"{run}-s{n}", kwargs)
             )
             per_sample_s.append(took_s)
-            took_s, statuses["batch"] = batch(rows, f"b{n}", kwargs)
+            took_s, statuses["batch"] = batch(rows, f"{run}-b{n}", kwargs)
             batch_s.append(took_s)
         runner.run(close_graders())
     count = len(rows)

@@ -81,8 +81,11 @@ def test_v1_grade_code_item_with_unusable_tests_is_a_verdict(
 
 
 def test_math_callers_are_not_held_by_a_slow_code_batch(tmp_path: Path) -> None:
-    # Given an embedded service whose pool grades one batch at a time
-    server = start_serve(tmp_path, args=["--processes", "1"])
+    # Given an embedded service whose pool grades one batch at a time (no cache:
+    # the slow program must run every time)
+    server = start_serve(
+        tmp_path, args=["--processes", "1"], env={"GRADEFLEET_NO_CACHE": "1"}
+    )
     try:
         url = server.url + "/v1/grade"
         slow = {"items": [{"response": SLOW_PROGRAM, **SLOW_TESTS}]}
@@ -171,3 +174,26 @@ def test_nemo_gym_code_gen_verify_route(service: ServeProcess) -> None:
     )
     assert bad.status_code == 422
     assert "unit_tests" in bad.text
+
+
+def test_v1_grade_takes_verl_shaped_code_items(service: ServeProcess) -> None:
+    spec = {"inputs": ["1\n", "2\n"], "outputs": ["2\n", "3\n"]}
+    program = "```python\nprint(int(input()) + 1)\n```"
+    items = [
+        {"solution_str": program, "ground_truth": spec},  # an object
+        {"solution_str": program, "ground_truth": json.dumps(spec)},  # JSON text
+        {"response": program, "reward_model": {"ground_truth": json.dumps(spec)}},
+    ]
+    reply = httpx.post(service.url + "/v1/grade", json={"items": items}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    results = reply.json()["results"]
+    assert [(r["kind"], r["status"], r["tests_passed"]) for r in results] == [
+        ("code", "correct", 2)
+    ] * 3
+    # An object that is no test spec is refused, naming the item and field.
+    bad = {"items": [{"response": "x", "ground_truth": {"a": 1}}]}
+    reply = httpx.post(service.url + "/v1/grade", json=bad, timeout=60)
+    assert reply.status_code == 422
+    (error,) = reply.json()["detail"]
+    assert error["loc"] == ["body", "items", 0]
+    assert "ground_truth" in error["msg"]
