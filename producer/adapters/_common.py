@@ -1,4 +1,5 @@
-"""What every adapter shares: where to grade, one-rollout calls, gold texts."""
+"""What every adapter shares: where to grade, one-rollout calls, gold texts (a math
+answer's, or a code row's tests encoded as its gold)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,21 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from producer.adapters.compat import code_gold, spec_gold
 from producer.adapters.reward import RewardConfig
 from producer.client.grading import BlockingGrader, grader_for
-from workers.models import GradeOptions, Verdict
+from workers.code.item import is_code_gold
+from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 from workers.wire.contract import MAX_TEXT_CHARS
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
+    "code_gold",
     "gold_text",
     "grade_pairs_async",
     "grade_pairs_blocking",
     "reward_config",
+    "spec_gold",
 ]
 
 # verl's rate-limited reward manager gives a sample 300 s (`reward_model.timeout`);
@@ -52,17 +57,43 @@ def _settings(kwargs: Mapping[str, Any]) -> tuple[str | None, GradeOptions, floa
     return (str(url) if url else None), options, deadline_s
 
 
+def _oversized(gold: str) -> Verdict | None:
+    """The verdict of a code gold over the text limit (its tests cannot be cut
+    without breaking them): `invalid_gold` here, so the batch it came with is
+    graded as usual. None for a gold within the limit (a math gold is cut)."""
+    if len(gold) <= MAX_TEXT_CHARS or not is_code_gold(gold):
+        return None
+    reason = f"code tests of {len(gold):,} characters (limit {MAX_TEXT_CHARS:,})"
+    return ungraded_verdict(Status.INVALID_GOLD, reason).replace(kind="code")
+
+
+def _split(
+    pairs: Sequence[tuple[str, str]],
+) -> tuple[list[Verdict | None], list[tuple[str, str]]]:
+    """(a verdict or None per pair, the pairs to grade with their texts cut)."""
+    known = [_oversized(gold) for _, gold in pairs]
+    todo = [
+        (r[:MAX_TEXT_CHARS], g[:MAX_TEXT_CHARS])
+        for (r, g), verdict in zip(pairs, known, strict=True)
+        if verdict is None
+    ]
+    return known, todo
+
+
+def _merge(known: list[Verdict | None], graded: list[Verdict]) -> list[Verdict]:
+    found = iter(graded)
+    return [verdict or next(found) for verdict in known]
+
+
 async def grade_pairs_async(
     pairs: Sequence[tuple[str, str]], kwargs: Mapping[str, Any]
 ) -> list[Verdict]:
     """Grade on this process's shared coalescing grader (see `grader_for`)."""
     url, options, deadline_s = _settings(kwargs)
     grader = grader_for(url)
-    return await grader.grade_pairs(
-        [(r[:MAX_TEXT_CHARS], g) for r, g in pairs],
-        options=options,
-        deadline_s=deadline_s,
-    )
+    known, todo = _split(pairs)
+    graded = await grader.grade_pairs(todo, options=options, deadline_s=deadline_s)
+    return _merge(known, graded)
 
 
 def grade_pairs_blocking(
@@ -70,8 +101,8 @@ def grade_pairs_blocking(
 ) -> list[Verdict]:
     """The same from sync code: calls from all threads share one event loop."""
     url, options, deadline_s = _settings(kwargs)
-    return BlockingGrader(url).grade_pairs(
-        [(r[:MAX_TEXT_CHARS], g) for r, g in pairs],
-        options=options,
-        deadline_s=deadline_s,
+    known, todo = _split(pairs)
+    graded = BlockingGrader(url).grade_pairs(
+        todo, options=options, deadline_s=deadline_s
     )
+    return _merge(known, graded)

@@ -8,6 +8,11 @@ response with special tokens kept; the prompt prefix and trailing end/pad tokens
 cut before grading. OpenRLHF calls it once per sample in a thread; those concurrent
 calls share batches through one event loop per process.
 
+Code rows: a label that is a test spec (a dict, or JSON text of one: `inputs`/
+`outputs`/`fn_name`, `assert_case`, ... — point `--label_key` at the tests column),
+or a `tests` list passed beside the labels, is graded by running the response's
+program against those tests in gradefleet's sandbox (reward 1 when all pass).
+
 OpenRLHF's call site (OpenRLHF/OpenRLHF@3c3be62, SingleTurnRolloutExecutor):
 
     async def _fetch_rewards(self, queries, prompts, labels):
@@ -21,8 +26,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from producer.adapters._common import gold_text, grade_pairs_blocking, reward_config
-from producer.adapters.compat import openrlhf_payload, strip_query
+from producer.adapters._common import grade_pairs_blocking, reward_config
+from producer.adapters.compat import (
+    code_gold,
+    label_gold,
+    openrlhf_payload,
+    strip_query,
+    tests_row,
+)
 
 __all__ = ["reward_func"]
 
@@ -37,9 +48,15 @@ def reward_func(
     `queries`)."""
     prompt_list: Sequence[str | None] = prompts or [None] * len(queries)
     label_list: Sequence[Any] = labels or [None] * len(queries)
+    tests: Sequence[Any] = kwargs.get("tests") or [None] * len(queries)
     pairs = [
-        (strip_query(str(query), prompt), gold_text(label) or "")
-        for query, prompt, label in zip(queries, prompt_list, label_list, strict=True)
+        (
+            strip_query(str(query), prompt),
+            label_gold(label) if test is None else code_gold(tests_row(test)),
+        )
+        for query, prompt, label, test in zip(
+            queries, prompt_list, label_list, tests, strict=True
+        )
     ]
     verdicts = grade_pairs_blocking(pairs, kwargs)
     return openrlhf_payload(verdicts, reward_config(kwargs))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from producer.errors import ProducerError
 from producer.extras import require
 from producer.settings import CACHE_FILE_NAME, ProducerSettings, redact_url
+from workers.code.item import is_code_gold
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.sizing import COALESCED_BATCH_SIZE
 from workers.wire.lanes import Lane
@@ -108,7 +109,9 @@ class PoolBackend:
     time, each with its request's options.
 
     The pool grades one call at a time over its processes, so the coalescer runs one
-    batch here at once and lets the next one grow meanwhile.
+    batch of a kind here at once and lets the next one grow meanwhile. Code batches
+    (their golds are encoded tests) go to a second pool with its own thread, opened
+    on the first of them: a batch of slow programs never holds up a math batch.
     """
 
     max_in_flight = 1
@@ -133,6 +136,8 @@ class PoolBackend:
             raise ValueError(f"the embedded cache file is named {CACHE_FILE_NAME}")
         self._grader: Grader | None = None
         self._thread = _OneThread("gradefleet-pool")
+        self._code_grader: Grader | None = None
+        self._code_thread: _OneThread | None = None
 
     def _open(self) -> Grader:
         if self._grader is None:
@@ -144,11 +149,19 @@ class PoolBackend:
             warm_up_verifier()
         return self._grader
 
+    def _open_code(self) -> Grader:
+        if self._code_grader is None:
+            from producer.client.grader import open_grader
+
+            self._code_grader = open_grader(None, settings=self._settings)
+        return self._code_grader
+
     def _grade(
-        self, pairs: list[tuple[str, str]], options: GradeOptions
+        self, pairs: list[tuple[str, str]], options: GradeOptions, code: bool = False
     ) -> list[Verdict]:
         rollouts = [Rollout(response, gold) for response, gold in pairs]
-        return self._open().grade(rollouts, options=options)
+        grader = self._open_code() if code else self._open()
+        return grader.grade(rollouts, options=options)
 
     async def start(self) -> None:
         """Import the verifier now rather than on the first request."""
@@ -157,6 +170,10 @@ class PoolBackend:
     async def grade_batch(
         self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
     ) -> list[Verdict]:
+        if pairs and is_code_gold(pairs[0][1]):  # the coalescer's batches: one kind
+            if self._code_thread is None:
+                self._code_thread = _OneThread("gradefleet-code-pool")
+            return await self._code_thread.run(self._grade, pairs, options, True)
         return await self._thread.run(self._grade, pairs, options)
 
     async def ready(self) -> tuple[bool, str]:
@@ -174,6 +191,11 @@ class PoolBackend:
         if grader is not None:
             await self._thread.run(grader.close)
         self._thread.shutdown()
+        code_grader, self._code_grader = self._code_grader, None
+        if self._code_thread is not None:
+            if code_grader is not None:
+                await self._code_thread.run(code_grader.close)
+            self._code_thread.shutdown()
 
 
 @dataclass(slots=True)

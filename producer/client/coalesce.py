@@ -2,11 +2,15 @@
 
 Reward hooks call the grader one sample at a time, concurrently (verl's reward loop,
 Inspect's scorers, OpenRLHF's per-sample requests); a batch costs the fleet about as
-much as one item, so per-sample calls are queued here per `GradeOptions` and lane
-(a batch has one of each) and flushed
-as one batch when `max_batch_items` are waiting or the oldest has waited
-`max_delay_s`. At most `max_in_flight` batches run at once; while all slots are busy
-the queue grows, so batches get bigger exactly when the backend is the bottleneck.
+much as one item, so per-sample calls are queued here per `GradeOptions`, lane and
+kind (a batch has one of each) and flushed as one batch when `max_batch_items` are
+waiting or the oldest has waited `max_delay_s`. At most `max_in_flight` batches of a
+kind run at once; while all its slots are busy the queue grows, so batches get bigger
+exactly when the backend is the bottleneck.
+
+Kinds never share a batch or a slot: a code batch (its golds are encoded tests,
+`workers.code.item`) may take seconds of sandbox time, so math items never wait in
+it or behind it for a free slot (issue 40).
 
 Every item has its own future: a caller that is cancelled or whose deadline passes
 stops waiting for its own items only. Items whose caller is gone before their batch
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.errors import ProducerError
+from workers.code.item import CODE_GOLD_PREFIX
 from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
 from workers.wire.lanes import INTERACTIVE, Lane
 
@@ -48,7 +54,8 @@ DEFAULT_MAX_BACKLOG_ITEMS = 200_000
 BatchGradeFn = Callable[
     [list[tuple[str, str]], GradeOptions, Lane], Awaitable[list[Verdict]]
 ]
-_Key = tuple[GradeOptions, Lane]
+# The kind of a batch: its items' golds are code tests (True) or math answers.
+_Key = tuple[GradeOptions, Lane, bool]
 
 
 class OverloadedError(ProducerError):
@@ -68,7 +75,7 @@ def failure_verdict(status: Status, reason: str, grader_version: str = "") -> Ve
 
 @dataclass(slots=True)
 class _Bucket:
-    """Items waiting for one options value and lane, oldest first."""
+    """Items waiting for one options value, lane and kind, oldest first."""
 
     items: list[tuple[tuple[str, str], asyncio.Future[Verdict]]] = field(
         default_factory=list
@@ -85,8 +92,8 @@ class Coalescer:
             options in the given lane; verdicts in order.
         max_batch_items: flush as soon as this many items wait (and the biggest batch).
         max_delay_s: flush once the oldest waiting item has waited this long.
-        max_in_flight: batches running at once (1 for a backend that grades one
-            batch at a time, such as the embedded pool).
+        max_in_flight: batches of a kind running at once (1 for a backend that
+            grades one batch at a time, such as the embedded pool).
         max_backlog_items: waiting plus running items above which `grade()` raises
             OverloadedError instead of queueing more (backpressure).
     """
@@ -111,6 +118,7 @@ class Coalescer:
         self.on_batch = on_batch
         self._buckets: dict[_Key, _Bucket] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running = {False: 0, True: 0}  # batches in flight, by kind (code?)
         self._backlog = 0
         self._closed = False
         self.grader_version = ""
@@ -174,16 +182,25 @@ class Coalescer:
             )
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Verdict]] = [loop.create_future() for _ in pairs]
-        key = (options, lane)
+        if any(gold.startswith(CODE_GOLD_PREFIX) for _, gold in pairs):
+            for pair, future in zip(pairs, futures, strict=True):
+                code = pair[1].startswith(CODE_GOLD_PREFIX)
+                self._bucket((options, lane, code)).items.append((pair, future))
+        else:
+            bucket = self._bucket((options, lane, False))
+            bucket.items.extend(zip(pairs, futures, strict=True))
+        self._backlog += len(pairs)
+        self._pump()
+        return futures
+
+    def _bucket(self, key: _Key) -> _Bucket:
+        """The bucket of `key`, its clock started if it was empty."""
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket()
         if not bucket.items:
             bucket.first_at = time.monotonic()
-        bucket.items.extend(zip(pairs, futures, strict=True))
-        self._backlog += len(pairs)
-        self._pump()
-        return futures
+        return bucket
 
     def collect(
         self, futures: list[asyncio.Future[Verdict]], deadline_s: float | None
@@ -213,19 +230,20 @@ class Coalescer:
     def _pump(self) -> None:
         """Flush every bucket that is full or due, as far as free slots allow."""
         now = time.monotonic()
+        running = self._running
         for key, bucket in self._buckets.items():
-            while bucket.items and len(self._tasks) < self.max_in_flight:
+            while bucket.items and running[key[2]] < self.max_in_flight:
                 full = len(bucket.items) >= self.max_batch_items
                 if not (full or now - bucket.first_at >= self.max_delay_s):
                     break
                 self._flush(key, bucket, now)
-            self._arm_timer(bucket, now)
+            self._arm_timer(key, bucket, now)
 
-    def _arm_timer(self, bucket: _Bucket, now: float) -> None:
+    def _arm_timer(self, key: _Key, bucket: _Bucket, now: float) -> None:
         if bucket.timer is not None or not bucket.items:
             return
-        if len(self._tasks) >= self.max_in_flight:
-            return  # the next finished batch pumps again
+        if self._running[key[2]] >= self.max_in_flight:
+            return  # the kind's next finished batch pumps again
         delay_s = max(0.0, bucket.first_at + self.max_delay_s - now)
         bucket.timer = asyncio.get_running_loop().call_later(
             delay_s, self._on_timer, bucket
@@ -251,10 +269,12 @@ class Coalescer:
             self.on_batch(len(live))
         task = asyncio.get_running_loop().create_task(self._run(key, live))
         self._tasks.add(task)
-        task.add_done_callback(self._batch_done)
+        self._running[key[2]] += 1
+        task.add_done_callback(functools.partial(self._batch_done, key[2]))
 
-    def _batch_done(self, task: asyncio.Task[None]) -> None:
+    def _batch_done(self, code: bool, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self._running[code] -= 1
         if not self._closed:
             self._pump()
 
@@ -264,7 +284,8 @@ class Coalescer:
         live: list[tuple[tuple[str, str], asyncio.Future[Verdict]]],
     ) -> None:
         try:
-            verdicts = await self._grade_batch([pair for pair, _ in live], *key)
+            pairs = [pair for pair, _ in live]
+            verdicts = await self._grade_batch(pairs, key[0], key[1])
             if len(verdicts) != len(live):  # a backend bug must not look like success
                 raise ProducerError(
                     f"backend returned {len(verdicts)} verdicts for {len(live)} items"

@@ -80,7 +80,9 @@ class RolloutIn(BaseModel):
     output: str | None = None
     solution_str: str | None = None
     gold: str | int | float | None = None
-    ground_truth: str | int | float | None = None
+    # An object only as a code row's test spec (verl's shape); `pick_row` refuses
+    # any other object, naming the field.
+    ground_truth: str | int | float | dict[str, Any] | None = None
     answer: str | int | float | None = None
     solution: str | int | float | None = None
     expected_answer: str | int | float | None = None
@@ -134,7 +136,7 @@ ITEM_FIELD_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "output": _TEXT,
     "solution_str": _TEXT,
     "gold": _GOLD,
-    "ground_truth": _GOLD,
+    "ground_truth": (*_GOLD, dict),
     "answer": _GOLD,
     "solution": _GOLD,
     "expected_answer": _GOLD,
@@ -178,7 +180,13 @@ class GradeResult(BaseModel):
     reason: str
     grader_version: str
     cached: bool
-    score: float
+    score: float = Field(description="The reward (a code item's: 1 when all passed).")
+    kind: str = Field(default="math", description="`code` for a code item.")
+    tests_passed: int | None = Field(default=None, description="code items only")
+    tests_total: int | None = Field(default=None, description="code items only")
+    failure: dict[str, Any] | None = Field(
+        default=None, description="code items only: the first failing test"
+    )
 
 
 class GradeResponse(BaseModel):
@@ -229,7 +237,8 @@ def _all_finite(value: Any, depth: int = 0) -> bool:
 
 
 class NemoGymVerifyRequest(BaseModel):
-    """NeMo Gym's resources-server verify request for math (extra fields echoed)."""
+    """NeMo Gym's resources-server verify request (extra fields echoed): math
+    (`expected_answer`) or `code_gen` (`verifier_metadata.unit_tests`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -241,5 +250,16 @@ class NemoGymVerifyRequest(BaseModel):
         return data
 
     response: dict[str, Any]
-    expected_answer: str | int | float
+    expected_answer: str | int | float | None = None
     question: str | None = None
+    verifier_metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _has_a_gold(self) -> NemoGymVerifyRequest:
+        tests = (self.verifier_metadata or {}).get("unit_tests")
+        if self.expected_answer is None and tests is None:
+            raise ValueError(
+                "expected_answer (math) or verifier_metadata.unit_tests (code_gen)"
+                " is required"
+            )
+        return self

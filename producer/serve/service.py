@@ -36,7 +36,10 @@ from prometheus_client import (
 )
 
 from producer.adapters.compat import (
+    label_gold,
     label_text,
+    nemo_gym_code_fields,
+    nemo_gym_code_gold,
     nemo_gym_fields,
     nemo_gym_text,
     openrlhf_payload,
@@ -45,6 +48,7 @@ from producer.adapters.compat import (
 from producer.adapters.reward import RewardConfig
 from producer.client.coalesce import OverloadedError
 from producer.client.grading import CoalescingGrader
+from producer.serve.code_probe import CodeProbe
 from producer.serve.grade_route import (
     DEADLINE_HEADER,
     GRADE_PATH,
@@ -71,7 +75,7 @@ from producer.serve.schemas import (
     OpenRLHFResponse,
 )
 from workers.models import Verdict
-from workers.wire.contract import MAX_TEXT_CHARS
+from workers.wire.contract import MAX_TEXT_CHARS, text_error
 
 __all__ = ["DEADLINE_HEADER", "ServiceMetrics", "create_app"]
 
@@ -335,6 +339,7 @@ class _Routes:
         self.reward = reward
         self._metrics = metrics
         self.default_deadline_s = default_deadline_s
+        self.code_probe = CodeProbe()
 
     def _deadline_s(self, *limits_s: float | None) -> float:
         return min([self.default_deadline_s, *(s for s in limits_s if s is not None)])
@@ -390,7 +395,7 @@ class _Routes:
             list(body.prompts) if body.prompts else [None] * len(body.query)
         )
         pairs = [
-            (strip_query(q, p)[:MAX_TEXT_CHARS], label_text(label)[:MAX_TEXT_CHARS])
+            (strip_query(q, p)[:MAX_TEXT_CHARS], label_gold(label)[:MAX_TEXT_CHARS])
             for q, p, label in zip(body.query, prompts, labels, strict=True)
         ]
         verdicts = await self._grade_or_gone(request, pairs)
@@ -401,15 +406,29 @@ class _Routes:
     async def nemo_gym_verify(
         self, request: Request, body: NemoGymVerifyRequest
     ) -> Response:
-        """NeMo Gym's math `verify`: the request echoed plus `reward`,
-        `extracted_answer` and `library_reward`."""
+        """NeMo Gym's `verify`: the request echoed plus, for math, `reward`,
+        `extracted_answer` and `library_reward`; for `code_gen` (its
+        `verifier_metadata.unit_tests`), `reward` (1 when every test passed),
+        `extracted_model_output`, `extracted_model_code`, tests passed/total."""
         text = nemo_gym_text(body.response)[:MAX_TEXT_CHARS]
-        gold = label_text(body.expected_answer)[:MAX_TEXT_CHARS]
+        tests = (body.verifier_metadata or {}).get("unit_tests")
+        if tests is not None:
+            gold = nemo_gym_code_gold(tests)
+            if (error := text_error("", gold)) is not None:
+                detail = [{"loc": ["body", "verifier_metadata"], "msg": error}]
+                return JSONResponse({"detail": detail}, status_code=422)
+        else:
+            gold = label_text(body.expected_answer)[:MAX_TEXT_CHARS]
         verdicts = await self._grade_or_gone(request, [(text, gold)])
         if verdicts is None:
             return Response(status_code=499)
         answer = body.model_dump(mode="json")
-        answer.update(nemo_gym_fields(verdicts[0], self.reward))
+        if body.verifier_metadata is None:
+            del answer["verifier_metadata"]  # a math request is echoed as it came
+        if tests is not None:
+            answer.update(nemo_gym_code_fields(verdicts[0], self.reward, text))
+        else:
+            answer.update(nemo_gym_fields(verdicts[0], self.reward))
         return JSONResponse(answer)
 
     async def healthz(self) -> dict[str, str]:
@@ -418,11 +437,16 @@ class _Routes:
 
     async def readyz(self) -> Response:
         """The backend can grade: broker reachable with a live worker, or the
-        embedded pool up."""
+        embedded pool up (the status code says this). `code`: whether this node
+        can run code sandboxes (a cached probe; math does not need them)."""
         ok, detail = await self.grader.ready()
-        return JSONResponse(
-            {"ready": ok, "detail": detail}, status_code=200 if ok else 503
-        )
+        code_ok, code_detail = await self.code_probe.check()
+        body = {
+            "ready": ok,
+            "detail": detail,
+            "code": {"ready": code_ok, "detail": code_detail},
+        }
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     async def metrics(self) -> Response:
         """Prometheus metrics of the service (and the queue depth on a fleet)."""

@@ -94,3 +94,55 @@ def test_adapters_import_no_framework_and_no_sympy() -> None:
     forbidden = {"sympy", "verl", "trl", "openrlhf", "inspect_ai", "nemo_gym"}
     assert not forbidden & loaded
     assert not {"torch", "fastapi", "uvicorn", "celery"} & loaded
+
+
+def test_verl_code_sources_and_test_specs_become_code_golds() -> None:
+    from producer.adapters.compat import label_gold, spec_gold, tests_row
+    from producer.adapters.verl import is_code_source, sample_gold
+    from workers.code.item import decode_code_gold, is_code_gold
+
+    for source in ("codecontests", "deepmind/code_contests", "likaixin/TACO", "MBPP"):
+        assert is_code_source(source)
+    for source in ("lighteval/MATH", "openai/gsm8k", None, 3):
+        assert not is_code_source(source)
+    spec = json.dumps({"inputs": ["1\n"], "outputs": ["2\n"]})
+    # verl's ground_truth as it passes it: JSON text, or a dict
+    for truth in (spec, json.loads(spec), json.dumps({"assert_case": ["assert 1"]})):
+        gold = sample_gold("my_set", truth)
+        assert is_code_gold(gold)
+        assert decode_code_gold(gold) == {"ground_truth": truth}
+    # math answers never look like code, whatever the data source calls itself
+    assert sample_gold("lighteval/MATH", "42") == "42"
+    assert sample_gold(None, 3.5) == "3.5"
+    assert spec_gold("{not json") is None
+    assert spec_gold('{"a": 1}') is None  # an object, but no tests
+    # a code source's unusable ground truth is still a code gold (invalid_gold)
+    assert is_code_gold(sample_gold("apps", "42"))
+    # OpenRLHF labels: a test spec, or the math answer's text
+    assert is_code_gold(label_gold(spec))
+    assert label_gold(7) == "7"
+    assert tests_row(["assert f(1) == 2"]) == {"test_list": ["assert f(1) == 2"]}
+    assert tests_row({"inputs": [], "outputs": []}) == {
+        "tests": {"inputs": [], "outputs": []}
+    }
+
+
+def test_trl_code_golds_read_code_columns_only_where_a_row_has_tests() -> None:
+    from producer.adapters.trl import code_golds
+    from workers.code.item import decode_code_gold
+
+    golds = code_golds(
+        {
+            "tests": [["assert f(1) == 2"], None, None],
+            "entry_point": [None, None, "f"],
+            "test": [None, None, "def check(candidate):\n    assert candidate(1)"],
+            "prompts": ["Write f.", "What is 2+2?", "def f(x):\n"],
+        },
+        3,
+    )
+    assert golds[1] is None  # a math row
+    assert golds[0] is not None
+    assert golds[2] is not None
+    assert decode_code_gold(golds[0]) == {"test_list": ["assert f(1) == 2"]}
+    assert decode_code_gold(golds[2])["prompt"] == "def f(x):\n"  # HumanEval's
+    assert code_golds({"solution": ["4"]}, 1) == [None]  # no code column at all

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from producer.client.coalesce import Coalescer, OverloadedError, wait_for_items
+from workers.code.item import CODE_GOLD_PREFIX
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
 from workers.wire.lanes import BULK, INTERACTIVE, Lane
 
@@ -186,6 +187,45 @@ def test_lanes_never_share_a_batch_and_reach_the_backend() -> None:
     recorder = asyncio.run(run())
     batches = sorted(zip(recorder.lanes, recorder.batches, strict=True))
     assert batches == [(BULK, [("2", "2"), ("3", "3")]), (INTERACTIVE, [("1", "1")])]
+
+
+class HeldCode(Recorder):
+    """Holds code batches (their golds are encoded tests) until `code_gate`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.code_gate = asyncio.Event()
+
+    async def __call__(
+        self, pairs: list[tuple[str, str]], options: GradeOptions, lane: Lane
+    ) -> list[Verdict]:
+        if pairs[0][1].startswith(CODE_GOLD_PREFIX):
+            await self.code_gate.wait()
+        return await super().__call__(pairs, options, lane)
+
+
+def test_a_running_code_batch_never_holds_math_items() -> None:
+    code_gold = CODE_GOLD_PREFIX + "{}"
+
+    async def run() -> tuple[Recorder, bool, list[Verdict]]:
+        recorder = HeldCode()
+        # One batch in flight (the embedded pool's bound) still lets math through:
+        # kinds never share a batch or a slot.
+        coalescer = Coalescer(recorder, max_delay_s=0.001, max_in_flight=1)
+        mixed = asyncio.ensure_future(
+            coalescer.grade([("p", code_gold), ("1", "1"), ("q", code_gold)], OPTIONS)
+        )
+        await asyncio.sleep(0.01)  # the code batch is running, held
+        math = await coalescer.grade([("2", "2")], OPTIONS)
+        code_still_pending = not mixed.done()
+        recorder.code_gate.set()
+        return recorder, code_still_pending, [*math, *await mixed]
+
+    recorder, code_still_pending, verdicts = asyncio.run(run())
+    assert code_still_pending
+    assert [v.extracted for v in verdicts] == ["2", "p", "1", "q"]  # in order
+    kinds = [{g.startswith(CODE_GOLD_PREFIX) for _, g in b} for b in recorder.batches]
+    assert all(len(k) == 1 for k in kinds)  # no batch mixes kinds
 
 
 def test_a_submitter_that_stops_waiting_frees_its_items_only() -> None:
