@@ -45,6 +45,7 @@ from producer.errors import (
     MalformedInputError,
     ProducerError,
 )
+from producer.files.formats import require_format_extras
 from producer.settings import ProducerSettings
 from workers import __version__
 from workers.errors import ConfigError, GraderError
@@ -344,6 +345,7 @@ def grade(
     Malformed lines are reported on stderr and left out; the exit code is then 3.
     """
     check_output_path(input_path, output_path)
+    require_format_extras(input_path, output_path)  # before the pool starts
     settings = ProducerSettings(
         broker_url=_connect_url(broker) if broker else None,
         batch_size=batch_size,

@@ -1,6 +1,8 @@
 """Errors raised by the producer side; each carries the CLI exit code it maps to.
 
     ProducerError                          exit 1  anything else the producer refuses
+    ├── MissingExtraError                  exit 2  a feature needs an optional extra
+    │                                              (`producer.extras`) not installed
     ├── InvalidRolloutError (ValueError)   exit 4  a rollout without response/gold text
     │   ├── MalformedInputError            exit 3  some input lines were malformed (the
     │   │                                          others were graded and written)
@@ -13,7 +15,7 @@
         └── BrokerRefusedError             exit 8  the broker answers but refuses writes
                                                    (out of memory, read-only replica)
 
-Exit code 2 is click's own "usage error" (bad option, missing file).
+Exit code 2 is also click's own "usage error" (bad option, missing file).
 """
 
 from __future__ import annotations
@@ -74,3 +76,10 @@ class InputFormatError(InvalidRolloutError):
     """A file is not readable (or writable) as the format it looks like."""
 
     exit_code: ClassVar[int] = 4
+
+
+class MissingExtraError(ProducerError):
+    """A command or feature needs an optional extra that is not installed; the message
+    names the `pip install 'gradefleet[EXTRA]'` line (`producer.extras.require`)."""
+
+    exit_code: ClassVar[int] = 2

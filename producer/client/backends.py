@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from producer.errors import ProducerError
+from producer.extras import require
 from producer.settings import CACHE_FILE_NAME, ProducerSettings, redact_url
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.sizing import COALESCED_BATCH_SIZE
@@ -500,6 +501,7 @@ def open_backend(
     if scheme in ("redis", "rediss", "sentinel"):
         return FleetBackend(url, item_timeout_s=item_timeout_s, keyring=keyring)
     if scheme in ("http", "https"):
+        require("serve", "httpx")  # the client half of the serve extra
         return HttpBackend(url, token=token)
     raise ValueError(
         f"unsupported grader URL {redact_url(url)!r}: use redis://, rediss://, "

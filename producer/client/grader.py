@@ -6,7 +6,8 @@ The URL picks where rollouts are graded, and the verdicts are the same everywher
     redis:// rediss://    a Celery fleet (`producer.client.fleet.GradingClient`)
     sentinel://           the same, its Redis found through Sentinel
                           (`workers.wire.urls`)
-    http:// https://      a running `gradefleet serve` (registered by its module)
+    http:// https://      a running `gradefleet serve` (`producer.client.http_client`;
+                          needs httpx, the `serve` extra)
 
 A new transport registers its URL schemes with `register_scheme`; the factory is
 named by "module:function" so that nothing is imported until a URL needs it (the

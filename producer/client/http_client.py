@@ -1,11 +1,12 @@
 """The `Grader` for `http://` and `https://` URLs: a running `gradefleet serve`.
 
 Sync, for the seam's sync callers (the CLI, scripts): rollouts go out in requests
-of `REQUEST_ITEMS` to `POST /v1/grade` with httpx, one after another, so progress is
-reported per request and a 10-million-row file never sits in one body. The bearer
-token comes from `GRADEFLEET_TOKEN` (read by `open_grader`'s caller's environment at
-this entry point). Async callers use `producer.client.grading.CoalescingGrader`, whose
-`HttpBackend` speaks the same route.
+of `REQUEST_ITEMS` to `POST /v1/grade` with httpx (the `serve` extra), one after
+another, so progress is reported per request and a 10-million-row file never sits in
+one body. The bearer token comes from `GRADEFLEET_TOKEN` (read by `open_grader`'s
+caller's environment at this entry point). Async callers use
+`producer.client.grading.CoalescingGrader`, whose `HttpBackend` speaks the same
+route.
 """
 
 from __future__ import annotations
@@ -13,17 +14,19 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from producer.client.grader import Grader, GraderBase, ProgressFn
 from producer.client.rollouts import validate_rollouts
 from producer.errors import BrokerUnavailableError, DeadlinePassedError, ProducerError
+from producer.extras import require
 from producer.settings import ProducerSettings
 from workers.models import GradeOptions, RolloutLike, Status, Verdict
 from workers.wire.lanes import INTERACTIVE, parse_lane
 from workers.wire.urls import redact_url
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["REQUEST_ITEMS", "HttpGrader", "open_http_grader", "request_options"]
 
@@ -68,10 +71,14 @@ class HttpGrader(GraderBase):
         self._priority = priority
         self._request_items = request_items
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.Client(
+        # Imported here, not at the top: httpx is the `serve` extra's (without it,
+        # exit 2 naming its pip line), and `open_grader` imports this module.
+        (http,) = require("serve", "httpx")
+        self._http_error: type[httpx.HTTPError] = http.HTTPError
+        self._client: httpx.Client = http.Client(
             base_url=self.url,
             headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            timeout=http.Timeout(timeout_s, connect=10.0),
         )
 
     def grade(
@@ -114,7 +121,7 @@ class HttpGrader(GraderBase):
                 headers[_DEADLINE_HEADER] = f"{left_s:.3f}"
             try:
                 reply = self._client.post(_GRADE_PATH, json=body, headers=headers)
-            except httpx.HTTPError as exc:
+            except self._http_error as exc:
                 raise BrokerUnavailableError(
                     f"grading service {redact_url(self.url)}: {exc}"
                 ) from exc

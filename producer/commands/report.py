@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from producer.errors import InputFormatError
+from producer.extras import install_line, require
 from producer.files.formats import iter_records
 from workers.lines.fields import FieldSpec
 
@@ -42,7 +43,8 @@ def check_broker_url(
         scheme = value.split("://")[0]
         hint = (
             "; an http(s):// URL is a `gradefleet serve` service, which the "
-            "library reaches with producer.open_grader(URL)"
+            "library reaches with producer.open_grader(URL) (the serve extra: "
+            f"{install_line('serve')})"
             if scheme in ("http", "https")
             else ""
         )
@@ -186,7 +188,8 @@ def write_grade_report(output_path: str, report_path: str, spec: FieldSpec) -> N
     "--html",
     "html_path",
     metavar="FILE",
-    help="Write a self-contained HTML page with charts.",
+    help="Write a self-contained HTML page with charts (needs the html extra: "
+    "pip install 'gradefleet[html]').",
 )
 @click.option(
     "--audit",
@@ -216,6 +219,8 @@ def report(
     from producer.reports.report_text import render_report
     from producer.reports.stats import Interval
 
+    if html_path:  # before reading GRADED: without the extra, exit 2 at once
+        require("html", "matplotlib")
     spec = FieldSpec(prompt=prompt_field, id=id_field)
     result = build_report(
         graded, by=_split(by), spec=spec, ks=_ks(k_list), split_versions=split_versions

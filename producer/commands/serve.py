@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from producer.commands.options import cache_dir_option_value, embedded_options
+from producer.extras import require
 from producer.settings import CACHE_FILE_NAME, redact_url
 
 __all__ = ["is_loopback", "serve"]
@@ -124,7 +125,13 @@ def serve(
     """Serve grading over HTTP (POST /v1/grade; OpenAPI page at /docs).
 
     SIGTERM or Ctrl-C stops taking requests, answers those in flight, then exits 0.
+    Needs the `serve` extra: pip install 'gradefleet[serve]'.
     """
+    # Before anything else: without the extra, exit 2 naming it (uvloop only on a
+    # fleet, where it is the loop; see below).
+    require("serve", "fastapi", "pydantic", "uvicorn", "httptools")
+    if broker:
+        require("serve", "uvloop")
     if not token and not allow_unauthenticated and not is_loopback(host):
         raise click.UsageError(
             f"refusing to bind {host} without a token: set {TOKEN_ENV} (or --token),"
@@ -197,7 +204,7 @@ def serve(
         # line carry headers (the token).
         access_log=False,
         # Named, not "auto": a missing C parser or loop fails here, loudly, instead
-        # of halving the requests per second (pyproject requires both). Embedded,
+        # of halving the requests per second (the serve extra has both). Embedded,
         # asyncio's loop: the pool's sandbox children forked under uvloop exit at
         # once (every item came back `error`, "sandbox child exited with status 0").
         loop="uvloop" if broker else "asyncio",

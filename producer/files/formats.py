@@ -2,8 +2,9 @@
 their first bytes (never by decoding Parquet as text), and graded output as JSONL or
 Parquet (by the output name's `.parquet` suffix), written atomically.
 
-Parquet goes through pyarrow, Inspect logs through inspect-ai's log API (an optional
-extra: `pip install 'gradefleet[inspect]'`). lm-eval's `samples_*.jsonl` are JSONL
+Parquet goes through pyarrow (the `parquet` extra), Inspect logs through inspect-ai's
+log API (the `inspect` extra); without the extra, `producer.extras.require` exits 2
+with its `pip install` line. lm-eval's `samples_*.jsonl` are JSONL
 whose fields the alias tables already know (`resps`, `target`, `doc_id`).
 """
 
@@ -17,6 +18,7 @@ from enum import StrEnum
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from producer.errors import InputFormatError
+from producer.extras import require
 from workers.lines.records import (
     IO_BUFFER_BYTES,
     LineError,
@@ -39,6 +41,7 @@ __all__ = [
     "iter_records",
     "jsonl_lines",
     "open_output",
+    "require_format_extras",
 ]
 
 Record = tuple[int, dict[str, Any]]
@@ -95,6 +98,25 @@ def jsonl_lines(path: str) -> Iterator[tuple[int, bytes] | LineError] | None:
     return lines()
 
 
+# The extra each format needs, and the modules the readers and writers import.
+_FORMAT_EXTRAS = {
+    InputFormat.PARQUET: ("parquet", ("pyarrow", "pyarrow.parquet")),
+    InputFormat.INSPECT: ("inspect", ("inspect_ai.log",)),
+}
+
+
+def require_format_extras(input_path: str, output_path: str) -> None:
+    """Before any work: MissingExtraError (exit 2, the `pip install` line) when
+    reading `input_path` or writing `output_path` needs an extra not installed."""
+    formats = [_input_format(input_path)]
+    if output_path.endswith(".parquet"):
+        formats.append(InputFormat.PARQUET)
+    for fmt in formats:
+        if fmt in _FORMAT_EXTRAS:
+            extra, modules = _FORMAT_EXTRAS[fmt]
+            require(extra, *modules)
+
+
 def _input_format(path: str) -> InputFormat:
     """What `path` holds (`-`: standard input, which must be JSONL)."""
     if path == "-":
@@ -117,6 +139,7 @@ def _jsonl_stream(path: str) -> Iterator[IO[bytes]]:
 
 
 def _parquet_records(path: str) -> Iterator[Record]:
+    require("parquet", *_FORMAT_EXTRAS[InputFormat.PARQUET][1])
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -135,13 +158,9 @@ def _parquet_records(path: str) -> Iterator[Record]:
 def _inspect_records(path: str) -> Iterator[Record | LineError]:
     """One record per sample and epoch of an Inspect log (epochs are samples of one
     prompt: `prompt_id` is the sample id, `sample_idx` the epoch - 1)."""
-    try:
-        from inspect_ai.log import read_eval_log_samples
-    except ImportError as exc:
-        raise InputFormatError(
-            f"{path} is a zip (an Inspect .eval log?); reading it needs inspect-ai: "
-            "pip install 'gradefleet[inspect]'"
-        ) from exc
+    require("inspect", *_FORMAT_EXTRAS[InputFormat.INSPECT][1])
+    from inspect_ai.log import read_eval_log_samples
+
     try:
         samples = read_eval_log_samples(path, all_samples_required=False)
         for number, sample in enumerate(samples, start=1):
@@ -301,6 +320,7 @@ def open_output(path: str) -> Iterator[RecordWriter]:
         with atomic_output(path) as handle:
             yield JsonlWriter(handle, writeback=path != "-")
         return
+    require("parquet", *_FORMAT_EXTRAS[InputFormat.PARQUET][1])  # before any file
     with atomic_path(path) as tmp_name:
         writer = _ParquetWriter(tmp_name)
         yield writer

@@ -4,7 +4,7 @@ Rows are read once and kept as compact columns (about 30 bytes a row: group, pro
 and answer hashes, flags), so memory grows with the row count but not with text
 sizes; the statistics are computed per group at the end (`producer.reports.stats`).
 
-The JSON form (`Report.to_dict`, schema 1) is documented in the README:
+The JSON form (`Report.to_dict`, schema 1) is documented in docs/grading.md (Report):
 `grader_version`, `grader_versions`, `source`, `by`, `k`, `prompt_key`, `maj_tie_break`,
 `overall` and `groups[]`, each with `key`, `n`, `prompts`, `correct`, `accuracy`,
 `stderr`, `ci95`, `clustered`, `pass_at`, `maj_at`, `status_rates`,

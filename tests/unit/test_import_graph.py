@@ -101,7 +101,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # `python -m workers`
     ("workers.__main__",),
     # the caller's side: errors and settings
-    ("producer.errors producer.settings",),
+    ("producer.errors producer.settings producer.extras",),
     ("producer.files", "producer.client"),
     ("producer.reports", "producer.adapters"),
     ("producer.serve",),

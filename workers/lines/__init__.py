@@ -9,7 +9,7 @@ the caches, `workers.wire`, the shared value types and the standard library plus
 orjson; never the fleet or the producer (see `tests/unit/test_import_graph.py`,
 `docs/architecture.md`).
 
-Adding to it: a new input alias goes in `fields.py` (and the README's alias table),
+Adding to it: a new input alias goes in `fields.py` (and docs/grading.md's alias table),
 a new output field in `workers.models.VERDICT_FIELDS`; an output line must stay byte
 for byte what `records.dump_line` writes, in item mode and line mode alike.
 """

@@ -8,7 +8,7 @@ and the standard library plus redis-py, nothing above them (see
 `tests/unit/test_import_graph.py`, `docs/architecture.md`).
 
 Adding to it: a new Redis key gets its builder in `protocol.py` (the one list of
-keys, checked by tests/unit/test_protocol.py) and a line in the README's key table;
-a field of the task message goes in `contract.py` with its bound, and anything a
-worker trusts from Redis is signed through `signing.py`.
+keys, checked by tests/unit/test_protocol.py) and a line in docs/operations.md's key
+table; a field of the task message goes in `contract.py` with its bound, and anything
+a worker trusts from Redis is signed through `signing.py`.
 """

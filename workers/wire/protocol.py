@@ -2,7 +2,8 @@
 
 Pure stdlib (the producer imports it without worker code). Every Redis key name of
 ours, and of Celery's and kombu's that we read or write, is spelled here and nowhere
-else (checked by tests/unit/test_protocol.py). The README's key table lists them.
+else (checked by tests/unit/test_protocol.py). docs/operations.md's key table
+("What Redis holds") lists them.
 
 A batch's result travels in Celery's result-key layout (the "task meta"): the worker
 writes STARTED and SUCCESS itself (`task_meta`), PROGRESS through Celery's
