@@ -199,6 +199,8 @@ def render_audit(audit: dict[str, Any], *, max_rows: int = 50) -> str:
 
     def pct(x: dict[str, Any]) -> str:
         low, high = x["ci95"]
+        if x["value"] is None or low is None or high is None:
+            return "n/a (no rows)"  # e.g. alpha of a group with no label-correct row
         return f"{100 * x['value']:.2f}% (95% CI {100 * low:.2f}-{100 * high:.2f})"
 
     c = audit["confusion"]

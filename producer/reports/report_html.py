@@ -45,9 +45,14 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE
 
 
+def _kinds(report: Report) -> list[GroupStats]:
+    """The kinds, when there are several (one kind is overall again)."""
+    return report.kinds if len(report.kinds) > 1 else []
+
+
 def _rows(report: Report) -> list[GroupStats]:
-    kinds = report.kinds if len(report.kinds) > 1 else []
-    return [*report.groups, *kinds, report.overall]
+    """What the charts draw: the groups, the kinds, overall."""
+    return [*report.groups, *_kinds(report), report.overall]
 
 
 def _accuracy_chart(report: Report) -> str:
@@ -92,7 +97,7 @@ def _status_chart(report: Report) -> str:
 def _k_chart(report: Report) -> str:
     fig = _figure(8, 4)
     ax = fig.add_subplot()
-    for group in [report.overall, *report.groups[:_MAX_CURVES]]:
+    for group in [report.overall, *_kinds(report), *report.groups[:_MAX_CURVES]]:
         ks = sorted(group.pass_at)
         label = group_label(group.key)
         ax.plot(
@@ -129,7 +134,7 @@ def _table(report: Report) -> str:
     lines = ["<table id='report-table'><tr>"]
     lines += [f"<th>{html.escape(h)}</th>" for h in head]
     lines.append("</tr>")
-    for g in _rows(report):
+    for g in [*report.groups, report.overall]:
         cells = [
             group_label(g.key),
             f"{g.n:,}",
@@ -228,7 +233,11 @@ def _kinds_section(report: Report) -> str:
 
 def render_html(report: Report) -> str:
     """The whole page as one string."""
-    versions = ", ".join(report.grader_versions) or "unknown"
+    versions = (
+        "; ".join(f"{k}: {', '.join(v)}" for k, v in report.versions_by_kind.items())
+        if len(report.versions_by_kind) > 1
+        else ", ".join(report.grader_versions) or "unknown"
+    )
     keyed = ", ".join(f"{h} ({n:,})" for h, n in report.prompt_key_fields.items())
     corrected = report.extra.get("corrected")
     corrected_html = ""
