@@ -1,8 +1,9 @@
 """`gradefleet report`: accuracy, pass@k and maj@k per group of a graded file.
 
-Rows are read once and kept as compact columns (about 30 bytes a row: group, prompt
-and answer hashes, flags), so memory grows with the row count but not with text
-sizes; the statistics are computed per group at the end (`producer.reports.stats`).
+Rows are read once and kept as compact columns (about 50 bytes a row: group, kind
+and data source ids, prompt and answer hashes, flags, a code row's test score and
+first failure), so memory grows with the row count but not with text sizes; the
+statistics are computed per group at the end (`producer.reports.stats`).
 
 Every report also splits the rows by rollout kind (`kind`: "math" when a row has none,
 "code" for the code grader's rows) and, within a kind, by data source (`data_source`,
@@ -236,7 +237,10 @@ class ReportBuilder:
         version = record.get("grader_version") or ""
         if version:
             self.versions[version] += 1
-            self.kind_versions.setdefault(kind, Counter())[version] += 1
+            counts = self.kind_versions.get(kind)
+            if counts is None:
+                counts = self.kind_versions[kind] = Counter()
+            counts[version] += 1
         key = tuple(_key_value(record, name) for name in self.by)
         self._group.append(self._group_ids.setdefault(key, len(self._group_ids)))
         self._add_kind(kind, record)
@@ -257,11 +261,21 @@ class ReportBuilder:
     def _add_kind(self, kind: str, record: Mapping[str, Any]) -> None:
         """The row's kind, (kind, data source) and code figures."""
         source = row_source(record)
-        self._has_source = self._has_source or source is not None
-        self._kind.append(self._kind_ids.setdefault((kind,), len(self._kind_ids)))
+        if source is not None:
+            self._has_source = True
+        kind_ids = self._kind_ids
+        key = (kind,)
+        self._kind.append(kind_ids.get(key) or kind_ids.setdefault(key, len(kind_ids)))
         pair = (kind, MISSING if source is None else source)
-        self._source.append(self._source_ids.setdefault(pair, len(self._source_ids)))
-        score = record.get("score") if kind != DEFAULT_KIND else None
+        source_ids = self._source_ids
+        self._source.append(
+            source_ids.get(pair) or source_ids.setdefault(pair, len(source_ids))
+        )
+        if kind == DEFAULT_KIND:  # math rows have neither (the common case: fast)
+            self._score.append(math.nan)
+            self._failure.append(-1)
+            return
+        score = record.get("score")
         ok = isinstance(score, int | float) and not isinstance(score, bool)
         self._score.append(float(score) if ok else math.nan)  # type: ignore[arg-type]
         failure = record.get("failure")
@@ -299,14 +313,20 @@ class ReportBuilder:
     def build(self, source: str, ks: Sequence[int] | None = None) -> Report:
         """The report over every row added so far (see `check_versions`)."""
         self.check_versions()
-        table = _PromptTable(self, self._group)
+        # Every table reads its per-prompt votes from one table without groups.
+        # Tables are made one at a time (each holds a few arrays a row).
+        base = _PromptTable(self, array("i", bytes(4 * len(self._group))))
+        table = self._table(self._group, self._group_ids, base)
         chosen = sorted(set(ks)) if ks else default_ks(table.max_samples)
         failures = list(self._failure_kinds)
-        kinds = _PromptTable(self, self._kind).all_stats(
+        overall = table.stats({}, None, chosen, failures)
+        groups = table.all_stats(self._group_ids, self.by, chosen, failures)
+        del table
+        kinds = self._table(self._kind, self._kind_ids, base).all_stats(
             self._kind_ids, [KIND_FIELD], chosen, failures
         )
         sources = (
-            _PromptTable(self, self._source).all_stats(
+            self._table(self._source, self._source_ids, base).all_stats(
                 self._source_ids, [KIND_FIELD, "data_source"], chosen, failures
             )
             if self._has_source
@@ -318,10 +338,8 @@ class ReportBuilder:
             by=self.by,
             ks=chosen,
             prompt_key_fields=dict(self.prompt_key_fields),
-            overall=table.stats({}, None, chosen, failures),
-            groups=table.all_stats(self._group_ids, self.by, chosen, failures)
-            if self.by
-            else [],
+            overall=overall,
+            groups=groups if self.by else [],
             kinds=kinds,
             sources=sources,
             versions_by_kind={
@@ -329,6 +347,12 @@ class ReportBuilder:
                 for kind, versions in sorted(self.kind_versions.items())
             },
         )
+
+    def _table(
+        self, groups: array[int], ids: Mapping[Any, int], base: _PromptTable
+    ) -> _PromptTable:
+        """The rows by `groups` (the base itself when there is one group or none)."""
+        return base if len(ids) <= 1 else _PromptTable(self, groups, base)
 
 
 def _key_value(record: Mapping[str, Any], path: str) -> str:
@@ -343,9 +367,18 @@ def _key_value(record: Mapping[str, Any], path: str) -> str:
 class _PromptTable:
     """The rows sorted by (group, prompt, sample) with NumPy, so each group's prompts
     and rows are contiguous slices; per-prompt counts by `reduceat`. `groups` gives
-    each row's group (the `--by` groups, the kinds, or (kind, data source))."""
+    each row's group (the `--by` groups, the kinds, or (kind, data source)).
 
-    def __init__(self, builder: ReportBuilder, groups: array[int]) -> None:
+    maj@k is a Python loop over prompts, so a grouped table takes it from `base` (the
+    same rows without groups) for every prompt whose rows all fell in one group
+    (same first row, same size: the same rows in the same order)."""
+
+    def __init__(
+        self,
+        builder: ReportBuilder,
+        groups: array[int],
+        base: _PromptTable | None = None,
+    ) -> None:
         import numpy as np
 
         group = np.frombuffer(groups, dtype=np.int32)
@@ -353,7 +386,7 @@ class _PromptTable:
         order = np.frombuffer(builder._order, dtype=np.int64)
         rows = np.lexsort((order, prompt, group))
         group, prompt = group[rows], prompt[rows]
-        flags = np.frombuffer(builder._flags, dtype=np.int8)[rows].astype(np.int64)
+        flags = np.frombuffer(builder._flags, dtype=np.int8)[rows]
         self.answers = np.frombuffer(builder._answer, dtype=np.int64)[rows]
         self.status = np.frombuffer(builder._status, dtype=np.int8)[rows]
         self.scores = np.frombuffer(builder._score, dtype=np.float64)[rows]
@@ -372,11 +405,22 @@ class _PromptTable:
         self.sizes = np.diff(np.concatenate((self.starts, [len(rows)])))
         self.group = group[self.starts]
         self.correct = (
-            np.add.reduceat(self.correct_rows, self.starts) if len(rows) else self.sizes
+            np.add.reduceat(self.correct_rows, self.starts, dtype=np.int64)
+            if len(rows)
+            else self.sizes
         )
         self.max_samples = int(self.sizes.max()) if len(self.sizes) else 0
         self._pass: dict[int, Any] = {}
         self._maj: dict[int, Any] = {}
+        # Row (input order) -> its prompt; for a grouped table, its prompts' base
+        # prompts and whether they are the same rows.
+        self.base = base
+        if base is None:
+            self.prompt_of_row = np.empty(len(rows), dtype=np.int64)
+            self.prompt_of_row[rows] = np.repeat(np.arange(len(self.sizes)), self.sizes)
+        else:
+            self.base_prompt = base.prompt_of_row[rows[self.starts]]
+            self.same_as_base = base.sizes[self.base_prompt] == self.sizes
 
     def _pass_at(self, k: int) -> Any:
         if k not in self._pass:
@@ -390,9 +434,14 @@ class _PromptTable:
 
         if k in self._maj:
             return self._maj[k]
+        todo = self.sizes >= k
         out = np.full(len(self.sizes), np.nan)
+        if self.base is not None:
+            same = self.same_as_base
+            out[same] = self.base._maj_at(k)[self.base_prompt[same]]
+            todo &= ~same
         answers, correct = self.answers, self.correct_rows
-        for i in np.flatnonzero(self.sizes >= k).tolist():
+        for i in np.flatnonzero(todo).tolist():
             start = int(self.starts[i])
             if self.no_vote_rows[start]:
                 continue
