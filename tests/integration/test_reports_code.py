@@ -228,3 +228,31 @@ def test_audit_per_kind_and_code_disagreements_name_their_test(graded) -> None:
     assert "alpha=n/a (no rows)" in text.output
     assert f"false_negative: {expected[0]}" in text.output
     assert "    first failing test 0: " in text.output
+
+
+def test_grade_with_report_on_a_mixed_file_reports_both_kinds(tmp_path) -> None:
+    # `grade --report` used to stop with exit 4 on a mixed file (two versions)
+    src = write_jsonl(tmp_path / "mixed.jsonl", labeled_rows(math_count=2))
+    out, report_path = tmp_path / "graded.jsonl", tmp_path / "report.json"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "grade",
+            str(src),
+            "-o",
+            str(out),
+            "--report",
+            str(report_path),
+            "-q",
+            "--processes",
+            "2",
+        ],
+        env={"GRADEFLEET_BROKER_URL": "", "GRADEFLEET_URL": ""},
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_path.read_text())
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {g["key"]["kind"]: g["n"] for g in report["kinds"]} == {
+        "code": sum(_kind(r) == "code" for r in records),
+        "math": 2,
+    }
