@@ -217,7 +217,10 @@ def test_audit_per_kind_and_code_disagreements_name_their_test(graded) -> None:
         for r in records
         if _kind(r) == "code" and r.get("label") is True and not r["correct"]
     ]
-    assert expected  # MbppEval/6: the reference calls a name its test does not
+    # MbppEval/6-ref: tests.code_mixed indents the whole reference body under the
+    # prompt's def, which nests its second def (differ_At_One_Bit_Pos): the grader
+    # rightly fails it (NameError), and the "reference" label disagrees.
+    assert expected
     assert [d["id"] for d in code_fn] == expected
     for d in code_fn:
         assert d["first_failure"].startswith("test ")
