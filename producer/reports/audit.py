@@ -4,6 +4,10 @@ With the verifier's false-negative rate alpha (correct rollouts it calls wrong) 
 false-positive rate phi, a measured accuracy m estimates a(1 - alpha) + (1 - a) phi;
 `producer.reports.stats.corrected_accuracy` inverts that. `report --audit` applies an
 audit's alpha and phi to a report's accuracy.
+
+The matrix is also given per rollout kind (`kinds[]`: math and code graders err
+differently) and per (kind, data source) when rows name one (`sources[]`); a
+disagreement on a code row names its first failing test.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from producer.errors import InputFormatError
 from producer.reports.diff import Graded, read_graded
-from producer.reports.report import group_label
+from producer.reports.report import DEFAULT_KIND, group_label
 from producer.reports.stats import Interval, corrected_accuracy, wilson
 from workers.lines.fields import FieldSpec, lookup
 
@@ -112,6 +116,8 @@ def audit_file(
     overall = Confusion()
     by_status: dict[str, Counter[str]] = {}
     groups: dict[tuple[str, ...], Confusion] = {}
+    kinds: dict[tuple[str, ...], Confusion] = {}
+    sources: dict[tuple[str, ...], Confusion] = {}
     false_pos: list[Graded] = []
     false_neg: list[Graded] = []
     unlabeled = 0
@@ -122,6 +128,10 @@ def audit_file(
             continue
         overall.add(label, row.correct)
         groups.setdefault(row.group, Confusion()).add(label, row.correct)
+        kinds.setdefault((row.kind,), Confusion()).add(label, row.correct)
+        if row.data_source is not None:
+            pair = (row.kind, row.data_source)
+            sources.setdefault(pair, Confusion()).add(label, row.correct)
         counts = by_status.setdefault(row.status, Counter())
         counts["label_correct" if label else "label_wrong"] += 1
         if row.correct != label:
@@ -147,13 +157,26 @@ def audit_file(
         ]
         if by
         else [],
+        "kinds": _confusions(kinds, ("kind",)),
+        "sources": _confusions(sources, ("kind", "data_source")),
         "disagreements": [_disagreement(r, "false_positive") for r in false_pos]
         + [_disagreement(r, "false_negative") for r in false_neg],
     }
 
 
+def _confusions(
+    found: dict[tuple[str, ...], Confusion], names: Sequence[str]
+) -> list[dict[str, Any]]:
+    return [
+        {"key": dict(zip(names, key, strict=True)), **conf.to_dict()}
+        for key, conf in sorted(found.items())
+    ]
+
+
 def _disagreement(row: Graded, kind: str) -> dict[str, Any]:
-    return {
+    """One disagreement; `kind` is false_positive/false_negative (the row's rollout
+    kind is `rollout_kind`)."""
+    out = {
         "kind": kind,
         "id": row.rid,
         "line": row.line_no,
@@ -161,7 +184,14 @@ def _disagreement(row: Graded, kind: str) -> dict[str, Any]:
         "extracted": row.extracted,
         "gold": row.gold,
         "reason": row.reason,
+        "rollout_kind": row.kind,
+        "data_source": row.data_source,
     }
+    if row.kind != DEFAULT_KIND:
+        from workers.code.describe import describe_failure
+
+        out["first_failure"] = describe_failure(row.record, row.failure)
+    return out
 
 
 def render_audit(audit: dict[str, Any], *, max_rows: int = 50) -> str:
@@ -169,6 +199,8 @@ def render_audit(audit: dict[str, Any], *, max_rows: int = 50) -> str:
 
     def pct(x: dict[str, Any]) -> str:
         low, high = x["ci95"]
+        if x["value"] is None or low is None or high is None:
+            return "n/a (no rows)"  # e.g. alpha of a group with no label-correct row
         return f"{100 * x['value']:.2f}% (95% CI {100 * low:.2f}-{100 * high:.2f})"
 
     c = audit["confusion"]
@@ -191,7 +223,12 @@ def render_audit(audit: dict[str, Any], *, max_rows: int = 50) -> str:
             f"  {status}: {counts.get('label_correct', 0):,} / "
             f"{counts.get('label_wrong', 0):,}"
         )
-    for group in audit["groups"]:
+    several = len(audit.get("kinds", [])) > 1
+    for group in [
+        *audit["groups"],
+        *(audit.get("kinds", []) if several else []),
+        *audit.get("sources", []),
+    ]:
         lines.append(
             f"  {group_label(group['key'])}: n={group['n']:,} "
             f"alpha={pct(group['alpha'])} phi={pct(group['phi'])}"
@@ -204,6 +241,8 @@ def render_audit(audit: dict[str, Any], *, max_rows: int = 50) -> str:
             f"[{row['status']}] extracted={row['extracted']!r} gold={row['gold']!r} "
             f"({row['reason']})"
         )
+        if row.get("first_failure"):
+            lines.append(f"    first failing {row['first_failure']}")
     if len(rows) > max_rows:
         lines.append(f"  ... and {len(rows) - max_rows} more (see --json)")
     return "\n".join(lines) + "\n"

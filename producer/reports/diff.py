@@ -5,6 +5,11 @@ Rows are joined on their id (`workers.lines.fields.record_id`, with `sample_idx`
 every row of both files has a distinct one, else on their position in the file; a
 pair whose response texts differ stops the diff (the files do not line up).
 `cached` is ignored; a flip is a change of `correct` or `status`.
+
+Pairs are also counted per rollout kind (`kind`, "math" when absent) and per (kind,
+data source) when rows name one (`data_source`, `dataset`). A flip of a code row
+names its first failing test on each side (`workers.code.describe`): the flipped rows
+are read again for their tests, so no test data is held for the whole file.
 """
 
 from __future__ import annotations
@@ -17,7 +22,13 @@ from typing import Any
 
 from producer.errors import InputFormatError
 from producer.files.formats import iter_records
-from producer.reports.report import MISSING, group_label
+from producer.reports.report import (
+    DEFAULT_KIND,
+    MISSING,
+    group_label,
+    row_kind,
+    row_source,
+)
 from producer.reports.stats import mcnemar_p, paired_delta
 from workers.lines.fields import (
     FieldError,
@@ -28,7 +39,7 @@ from workers.lines.fields import (
 )
 from workers.lines.records import LineError
 
-__all__ = ["DiffResult", "Graded", "diff_files", "read_graded"]
+__all__ = ["DiffResult", "Graded", "diff_files", "first_failures", "read_graded"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,10 @@ class Graded:
     version: str
     text_digest: bytes
     record: dict[str, Any] | None = None
+    kind: str = DEFAULT_KIND
+    data_source: str | None = None
+    failure: dict[str, Any] | None = None
+    tests: tuple[int | None, int | None] = (None, None)  # passed, total (code)
 
 
 def read_graded(
@@ -93,9 +108,72 @@ def read_graded(
                 version=str(record.get("grader_version") or ""),
                 text_digest=hashlib.blake2b(text.encode(), digest_size=8).digest(),
                 record=record if keep_record else None,
+                **_code_fields(record),
             )
         )
     return rows
+
+
+def _code_fields(record: dict[str, Any]) -> dict[str, Any]:
+    failure = record.get("failure")
+    return {
+        "kind": row_kind(record),
+        "data_source": row_source(record),
+        "failure": failure if isinstance(failure, dict) else None,
+        "tests": (record.get("tests_passed"), record.get("tests_total")),
+    }
+
+
+def first_failures(path: str, failures: dict[int, dict[str, Any]]) -> dict[int, str]:
+    """Line number -> its first failing test as text, for the given lines of `path`
+    (their `failure`), read again for the rows' tests."""
+    from workers.code.describe import describe_failure
+
+    found: dict[int, str] = {}
+    if not failures:
+        return found
+    for item in iter_records(path):
+        if isinstance(item, LineError) or item[0] not in failures:
+            continue
+        text = describe_failure(item[1], failures[item[0]])
+        if text is not None:
+            found[item[0]] = text
+    return found
+
+
+@dataclass(slots=True)
+class KindCounts:
+    """A kind's (or a kind and data source's) pairs and flips."""
+
+    paired: int = 0
+    correct_a: int = 0
+    correct_b: int = 0
+    lost: int = 0
+    gained: int = 0
+    flipped: int = 0
+
+    def add(self, a: Graded, b: Graded) -> None:
+        self.paired += 1
+        self.correct_a += a.correct
+        self.correct_b += b.correct
+        self.lost += a.correct and not b.correct
+        self.gained += b.correct and not a.correct
+        self.flipped += (a.correct, a.status) != (b.correct, b.status)
+
+    def to_dict(self, key: dict[str, str]) -> dict[str, Any]:
+        n = self.paired
+        return {
+            "key": key,
+            "paired": n,
+            "accuracy": {
+                "a": self.correct_a / n if n else 0.0,
+                "b": self.correct_b / n if n else 0.0,
+            },
+            "correct_to_wrong": self.lost,
+            "wrong_to_correct": self.gained,
+            "flipped": self.flipped,
+            "mcnemar_p": mcnemar_p(self.lost, self.gained),
+        }
 
 
 @dataclass(slots=True, kw_only=True)
@@ -115,6 +193,11 @@ class DiffResult:
     flips: list[tuple[Graded, Graded]]
     by: list[str]
     directions: dict[tuple[str, ...], Counter[str]] = field(default_factory=dict)
+    kinds: dict[str, KindCounts] = field(default_factory=dict)
+    sources: dict[tuple[str, str], KindCounts] = field(default_factory=dict)
+    # Line -> first failing test, of the flipped code rows (A's and B's lines).
+    failing_a: dict[int, str] = field(default_factory=dict)
+    failing_b: dict[int, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         delta = paired_delta(self.lost, self.gained, self.paired)
@@ -142,8 +225,27 @@ class DiffResult:
                 {"key": dict(zip(self.by, key, strict=True)), "counts": dict(counts)}
                 for key, counts in sorted(self.directions.items())
             ],
-            "flips": [_flip_dict(a, b) for a, b in self.flips],
+            "kinds": [
+                counts.to_dict({"kind": kind})
+                for kind, counts in sorted(self.kinds.items())
+            ],
+            "sources": [
+                counts.to_dict({"kind": kind, "data_source": source})
+                for (kind, source), counts in sorted(self.sources.items())
+            ],
+            "flips": [self._flip(a, b) for a, b in self.flips],
         }
+
+    def _flip(self, a: Graded, b: Graded) -> dict[str, Any]:
+        flip = _flip_dict(a, b)
+        if a.kind != DEFAULT_KIND or b.kind != DEFAULT_KIND:
+            flip["first_failure"] = {
+                "a": self.failing_a.get(a.line_no),
+                "b": self.failing_b.get(b.line_no),
+            }
+            flip["tests_passed"] = {"a": a.tests[0], "b": b.tests[0]}
+            flip["tests_total"] = {"a": a.tests[1], "b": b.tests[1]}
+        return flip
 
 
 def direction(a: Graded, b: Graded) -> str:
@@ -162,6 +264,8 @@ def _flip_dict(a: Graded, b: Graded) -> dict[str, Any]:
         "reason": {"a": a.reason, "b": b.reason},
         "grader_version": {"a": a.version, "b": b.version},
         "direction": direction(a, b),
+        "kind": a.kind,
+        "data_source": a.data_source,
     }
 
 
@@ -207,6 +311,12 @@ def diff_files(
     directions: dict[tuple[str, ...], Counter[str]] = {}
     for a, b in flips:
         directions.setdefault(a.group, Counter())[direction(a, b)] += 1
+    kinds: dict[str, KindCounts] = {}
+    sources: dict[tuple[str, str], KindCounts] = {}
+    for a, b in pairs:
+        kinds.setdefault(a.kind, KindCounts()).add(a, b)
+        if a.data_source is not None:
+            sources.setdefault((a.kind, a.data_source), KindCounts()).add(a, b)
     paired = len(pairs)
     return DiffResult(
         joined_on=joined_on,
@@ -222,6 +332,14 @@ def diff_files(
         flips=flips,
         by=list(by),
         directions=directions,
+        kinds=kinds,
+        sources=sources,
+        failing_a=first_failures(
+            path_a, {a.line_no: a.failure for a, _ in flips if a.failure}
+        ),
+        failing_b=first_failures(
+            path_b, {b.line_no: b.failure for _, b in flips if b.failure}
+        ),
     )
 
 
@@ -245,11 +363,41 @@ def render_diff(result: DiffResult, *, max_flips: int = 50) -> str:
         label = group_label(dict(zip(result.by, key, strict=True)))
         listed = ", ".join(f"{d}: {n}" for d, n in counts.most_common())
         lines.append(f"  {label}: {listed}")
+    lines += _kind_lines(data)
     for a, b in result.flips[:max_flips]:
-        lines.append(
-            f"  {a.rid or f'line {a.line_no}'}: {direction(a, b)}  gold={a.gold!r}  "
-            f"A={a.extracted!r} ({a.reason})  B={b.extracted!r} ({b.reason})"
-        )
+        lines += _flip_lines(result, a, b)
     if len(result.flips) > max_flips:
         lines.append(f"  ... and {len(result.flips) - max_flips} more (see --json)")
     return "\n".join(lines) + "\n"
+
+
+def _kind_lines(data: dict[str, Any]) -> list[str]:
+    """Per kind (when there are several) and per (kind, data source)."""
+    rows = (
+        data["sources"] if len(data["kinds"]) < 2 else data["kinds"] + data["sources"]
+    )
+    lines = ["by kind / data source:"] if rows else []
+    for row in rows:
+        acc = row["accuracy"]
+        lines.append(
+            f"  {group_label(row['key'])}: paired {row['paired']:,}, accuracy A "
+            f"{100 * acc['a']:.2f}% B {100 * acc['b']:.2f}%, flipped {row['flipped']:,}"
+            f" ({row['correct_to_wrong']} correct→wrong, "
+            f"{row['wrong_to_correct']} wrong→correct)"
+        )
+    return lines
+
+
+def _flip_lines(result: DiffResult, a: Graded, b: Graded) -> list[str]:
+    name = a.rid or f"line {a.line_no}"
+    if a.kind == DEFAULT_KIND and b.kind == DEFAULT_KIND:
+        return [
+            f"  {name}: {direction(a, b)}  gold={a.gold!r}  "
+            f"A={a.extracted!r} ({a.reason})  B={b.extracted!r} ({b.reason})"
+        ]
+    lines = [f"  {name} [{a.kind}]: {direction(a, b)}  A: {a.reason}  B: {b.reason}"]
+    for side, row, failing in (("A", a, result.failing_a), ("B", b, result.failing_b)):
+        text = failing.get(row.line_no)
+        if text:
+            lines.append(f"    {side} first failing {text}")
+    return lines

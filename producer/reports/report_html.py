@@ -1,6 +1,9 @@
 """`report --html`: one self-contained page (inline SVG charts drawn by matplotlib,
 inline CSS, no scripts, nothing fetched) with the report's tables and pictures:
-accuracy by group with 95% intervals, the status breakdown, pass@k / maj@k curves.
+accuracy by group with 95% intervals, the status breakdown, pass@k / maj@k curves;
+and, when the file holds several rollout kinds or data sources, the kinds side by side
+(one column a kind: math next to code, with code's tests passed and first-failure
+kinds) and one row a (kind, data source).
 """
 
 from __future__ import annotations
@@ -42,8 +45,14 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE
 
 
+def _kinds(report: Report) -> list[GroupStats]:
+    """The kinds, when there are several (one kind is overall again)."""
+    return report.kinds if len(report.kinds) > 1 else []
+
+
 def _rows(report: Report) -> list[GroupStats]:
-    return [*report.groups, report.overall]
+    """What the charts draw: the groups, the kinds, overall."""
+    return [*report.groups, *_kinds(report), report.overall]
 
 
 def _accuracy_chart(report: Report) -> str:
@@ -88,7 +97,7 @@ def _status_chart(report: Report) -> str:
 def _k_chart(report: Report) -> str:
     fig = _figure(8, 4)
     ax = fig.add_subplot()
-    for group in [report.overall, *report.groups[:_MAX_CURVES]]:
+    for group in [report.overall, *_kinds(report), *report.groups[:_MAX_CURVES]]:
         ks = sorted(group.pass_at)
         label = group_label(group.key)
         ax.plot(
@@ -125,7 +134,7 @@ def _table(report: Report) -> str:
     lines = ["<table id='report-table'><tr>"]
     lines += [f"<th>{html.escape(h)}</th>" for h in head]
     lines.append("</tr>")
-    for g in _rows(report):
+    for g in [*report.groups, report.overall]:
         cells = [
             group_label(g.key),
             f"{g.n:,}",
@@ -144,9 +153,91 @@ def _table(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _kinds_table(report: Report) -> str:
+    """Metrics down, kinds across: math and code side by side."""
+    kinds = report.kinds
+    rows: list[tuple[str, list[str]]] = [
+        (
+            "grader version",
+            [", ".join(report.versions_by_kind.get(k.key["kind"], [])) for k in kinds],
+        ),
+        ("rollouts", [f"{k.n:,}" for k in kinds]),
+        ("prompts", [f"{k.prompts:,}" for k in kinds]),
+        ("accuracy %", [_pct(k.accuracy) for k in kinds]),
+        ("95% CI", [f"{_pct(k.ci95[0])}–{_pct(k.ci95[1])}" for k in kinds]),
+    ]
+    rows += [
+        (f"pass@{n}", [_pct(k.pass_at.get(n, math.nan)) for k in kinds])
+        for n in report.ks
+    ]
+    rows += [
+        (f"maj@{n}", [_pct(k.maj_at.get(n, math.nan)) for k in kinds])
+        for n in report.ks
+    ]
+    rows.append(("tests passed % (mean)", [_pct(k.test_score) for k in kinds]))
+    statuses = [
+        s for s in report.overall.status_rates if report.overall.status_rates[s]
+    ]
+    rows += [(f"{s} %", [_pct(k.status_rates[s]) for k in kinds]) for s in statuses]
+    failures = sorted({f for k in kinds for f in k.failure_rates})
+    rows += [
+        (f"first failure: {f} %", [_pct(k.failure_rates.get(f, 0.0)) for k in kinds])
+        for f in failures
+    ]
+    head = "".join(f"<th>{html.escape(k.key['kind'])}</th>" for k in kinds)
+    body = "\n".join(
+        f"<tr><td>{html.escape(name)}</td>"
+        + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+        + "</tr>"
+        for name, cells in rows
+    )
+    return f"<table id='kinds-table'><tr><th>metric</th>{head}</tr>\n{body}\n</table>"
+
+
+def _sources_table(report: Report) -> str:
+    head = ["kind", "data source", "rollouts", "prompts", "accuracy %", "95% CI"]
+    head += [f"pass@{k}" for k in report.ks] + ["tests passed %"]
+    lines = ["<table id='sources-table'><tr>"]
+    lines += [f"<th>{html.escape(h)}</th>" for h in head]
+    lines.append("</tr>")
+    for g in report.sources:
+        cells = [
+            g.key["kind"],
+            g.key["data_source"],
+            f"{g.n:,}",
+            f"{g.prompts:,}",
+            _pct(g.accuracy),
+            f"{_pct(g.ci95[0])}–{_pct(g.ci95[1])}",
+        ]
+        cells += [_pct(g.pass_at.get(k, math.nan)) for k in report.ks]
+        cells.append(_pct(g.test_score))
+        lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells))
+        lines.append("</tr>")
+    lines.append("</table>")
+    return "\n".join(lines)
+
+
+def _kinds_section(report: Report) -> str:
+    if len(report.kinds) < 2 and not report.sources:
+        return ""
+    parts = [
+        "<h2>By kind</h2>",
+        "<p class='meta'>maj@k votes on canonical answers; code has none, so its "
+        "maj@k is empty. Tests passed: mean fraction of a code row's tests.</p>",
+        _kinds_table(report),
+    ]
+    if report.sources:
+        parts += ["<h2>By data source</h2>", _sources_table(report)]
+    return "<section id='kinds'>\n" + "\n".join(parts) + "\n</section>"
+
+
 def render_html(report: Report) -> str:
     """The whole page as one string."""
-    versions = ", ".join(report.grader_versions) or "unknown"
+    versions = (
+        "; ".join(f"{k}: {', '.join(v)}" for k, v in report.versions_by_kind.items())
+        if len(report.versions_by_kind) > 1
+        else ", ".join(report.grader_versions) or "unknown"
+    )
     keyed = ", ".join(f"{h} ({n:,})" for h, n in report.prompt_key_fields.items())
     corrected = report.extra.get("corrected")
     corrected_html = ""
@@ -171,6 +262,7 @@ maj@k: majority of canonical answers over the first k samples; a tie goes to the
 answer seen first in sample order.</p>
 {corrected_html}
 {_table(report)}
+{_kinds_section(report)}
 <h2>Accuracy by group</h2>
 <figure id="accuracy-chart">{_accuracy_chart(report)}</figure>
 <h2>Status breakdown</h2>

@@ -20,6 +20,8 @@ from inspect_ai.model import (
 )
 from inspect_ai.tool import ToolChoice, ToolInfo
 
+from tests.inspect_task.code_samples import code_samples
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "qwen25math_math_cot_100.jsonl"
 SAMPLES = 12
 QUESTIONLESS = "What is the unparsable gold?"
@@ -37,6 +39,7 @@ def replies() -> dict[str, str]:
     """Question -> the recorded response (the first of its eight samples)."""
     out = {r["question"]: r["code"][0] for r in records()}
     out[QUESTIONLESS] = r"\boxed{1}"
+    out.update({s.question: s.reply for s in code_samples()})  # replay_code_task
     return out
 
 

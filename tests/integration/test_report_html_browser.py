@@ -155,3 +155,32 @@ def test_report_html_screenshot_is_not_blank(page: Path, tmp_path: Path) -> None
 
 def _near(rgb: tuple[int, int, int], target: tuple[int, int, int]) -> bool:
     return all(abs(a - b) <= 8 for a, b in zip(rgb, target, strict=True))
+
+
+def test_report_html_shows_math_and_code_side_by_side(tmp_path: Path) -> None:
+    from tests.code_reports import grade, labeled_rows, write_jsonl
+
+    # Given a mixed math/code file graded by the real CLI (the code sandbox: bwrap)
+    assert shutil.which("bwrap"), "bubblewrap (bwrap) is not installed"
+    graded = tmp_path / "mixed-graded.jsonl"
+    records = grade(write_jsonl(tmp_path / "mixed.jsonl", labeled_rows()), graded)
+    out = tmp_path / "mixed.html"
+    result = CliRunner().invoke(cli, ["report", str(graded), "--html", str(out)])
+    assert result.exit_code == 0, result.output
+    # When Chromium renders it
+    dom = _browse(out, tmp_path / "profile-kinds", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout.decode()
+    # Then one table has a column per kind, math next to code, with each kind's
+    # grader version and code's mean tests passed
+    start = html.index('id="kinds-table"')
+    table = html[start : html.index("</table>", start)]
+    assert re.search(r"<th>metric</th>\s*<th>code</th>\s*<th>math</th>", table)
+    versions = sorted({r["grader_version"] for r in records})
+    assert all(v in table for v in versions)
+    assert "tests passed % (mean)" in table
+    # And a row per (kind, data source)
+    start = html.index('id="sources-table"')
+    sources = html[start : html.index("</table>", start)]
+    for source in ("MATH", "mbpp", "nemo_gym", "humaneval-style"):
+        assert f"<td>{source}</td>" in sources, source

@@ -199,3 +199,26 @@ def test_report_rejects_an_ungraded_file(tmp_path: Path):
     result = CliRunner().invoke(cli, ["report", str(path)])
     assert result.exit_code == 4
     assert "no verdict" in result.output
+
+
+def test_report_maj_at_k_of_a_prompt_split_across_sources_is_voted_per_source(
+    tmp_path: Path,
+):
+    # prompt a: samples 0-1 in source x answer 9 (wrong), 2-3 in y answer 1 (right);
+    # over all four, maj@2 takes the first two (9, 9): wrong. Per source it is not.
+    lines = [
+        _graded_line(9, "v", uid="a", sample_idx=0, data_source="x"),
+        _graded_line(9, "v", uid="a", sample_idx=1, data_source="x"),
+        _graded_line(1, "v", uid="a", sample_idx=2, data_source="y"),
+        _graded_line(1, "v", uid="a", sample_idx=3, data_source="y"),
+    ]
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(lines))
+    report = _report(str(path), "--k", "2", "--by", "data_source")
+    by_source = {g["key"]["data_source"]: g["maj_at"]["2"] for g in report["groups"]}
+    assert by_source == {"x": 0.0, "y": 1.0}
+    sources = {g["key"]["data_source"]: g["maj_at"]["2"] for g in report["sources"]}
+    assert sources == {"x": 0.0, "y": 1.0}
+    (kind,) = report["kinds"]  # one kind: the prompt is whole, 4 samples
+    assert kind["key"] == {"kind": "math"}
+    assert kind["maj_at"]["2"] == 0.0

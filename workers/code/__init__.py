@@ -16,7 +16,8 @@ Modules, by side of the boundary:
 - pure, no model code ever executed (stdlib only): `errors`, `program` (extract the
   program from the response), `suite` (read the row's tests into a `TestSuite`),
   `pickled` (LiveCodeBench's pickled tests, plain data only), `compare` (stdout and
-  value comparison), `plain` (the channel codec; the sandbox imports it too);
+  value comparison), `plain` (the channel codec; the sandbox imports it too),
+  `describe` (a first failing test as text, for explanations and diffs);
 - execution: the sandbox, the harness and the grading entry (see their docstrings).
 
 Adding a test format: a reader in `suite._READERS` (its docstring lists the shapes
