@@ -5,6 +5,9 @@ bwrap, as CI has them): the code items' grader of the engine reports to
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -21,6 +24,7 @@ from workers.fleet.code_metrics import (
 )
 from workers.fleet.line_batch import graded_summary
 from workers.fleet.metrics import WorkerMetrics, exposition
+from workers.fleet.runtime import TaskObserver
 from workers.models import GradeOptions, Status
 
 ROW = {
@@ -190,3 +194,32 @@ def test_metrics_code_labels_stay_bounded(registry):
     assert sandbox_error_reason(start_failed) == "start_failed"
     assert sandbox_error_reason("job deadline passed") == "other"
     assert code_tally([]) == {}
+
+
+def test_metrics_code_starts_in_a_forked_grading_process_travel_in_its_summary(
+    registry,
+):
+    # Given the worker's metrics, built in this (the task's) process,
+    metrics = WorkerMetrics(registry)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a grading process forked from it (the line pool's)
+        os.close(read)
+        metrics.sandbox_started("model", 0.05)
+        metrics.sandbox_started("harness", 0.04)
+        os.write(write, json.dumps(graded_summary([])).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        summary = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    # its starts were kept for the unit's summary, not written from the child,
+    assert summary["sandbox_starts"] == [["model", 0.05], ["harness", 0.04]]
+    starts = "gradefleet_code_sandbox_starts_total"
+    assert _value(registry, starts, role="model") == 0
+    # and the task counts them when it commits the unit.
+    observer = TaskObserver(metrics)
+    observer.items_summed(summary)
+    observer.commit()
+    assert _value(registry, starts, role="model") == 1
+    assert _value(registry, starts, role="harness") == 1

@@ -8,7 +8,10 @@ the code grader reports its outcome in the verdict (`kind`, `tests_passed`,
 `tests_total`, `failure`, an `error` status with its reason), so no count depends on
 which process graded the item, and a unit of lines carries its tally in its
 `GradedSummary`. Starts are told by the sandbox itself
-(`workers.code.sandbox.SandboxObserver`) in the process that starts it.
+(`workers.code.sandbox.SandboxObserver`) in the process that starts it; a process
+forked from the one that built the metrics (the line pool's grading process, whose
+fork hygiene closed the metrics' files) keeps them for its unit's summary
+(`take_foreign_starts`), and the task counts them with the unit.
 
 Every label is a bounded set, pre-set to 0: an unknown failure kind or error reason
 is counted as "other", never as a new series.
@@ -17,6 +20,7 @@ is counted as "other", never as a new series.
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -34,6 +38,7 @@ __all__ = [
     "CodeTally",
     "code_tally",
     "sandbox_error_reason",
+    "take_foreign_starts",
 ]
 
 KINDS = ("math", "code")
@@ -71,6 +76,19 @@ SANDBOX_START_BUCKETS_S = (
 # What a batch of verdicts adds to the counters: "kind:<kind>", "tests:<result>",
 # "failure:<kind>", "error:<reason>" -> count (JSON, in a `GradedSummary`).
 CodeTally = dict[str, int]
+
+# Starts in a process forked from the metrics' own, not yet in a summary (bounded:
+# a unit's process starts two zygotes, again only after one died).
+_FOREIGN_STARTS: list[tuple[str, float]] = []
+_FOREIGN_STARTS_MAX = 1_000
+
+
+def take_foreign_starts() -> list[tuple[str, float]]:
+    """The (role, seconds) of starts kept in this process since the last call."""
+    taken = list(_FOREIGN_STARTS)
+    _FOREIGN_STARTS.clear()
+    return taken
+
 
 _WHOLE_ITEM_FAILURES = {Status.TIMEOUT: "timeout", Status.MEMORY_LIMIT: "memory"}
 # (a substring of the verdict's reason, the label): first match wins.
@@ -126,6 +144,7 @@ class CodeMetrics:
     """The metrics of this module on `registry`; a `SandboxObserver`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._pid = os.getpid()
         families = {
             "kind": Counter(
                 "gradefleet_kind_rollouts_graded",
@@ -192,7 +211,12 @@ class CodeMetrics:
                 counter.inc(count)
 
     def sandbox_started(self, role: str, seconds: float) -> None:
-        """One zygote started in `seconds` (an unknown role counts as the model's)."""
+        """One zygote started in `seconds` (an unknown role counts as the model's);
+        kept for the unit's summary in a forked process (see the module docstring)."""
         key = role if role in self._starts else "model"
+        if os.getpid() != self._pid:
+            if len(_FOREIGN_STARTS) < _FOREIGN_STARTS_MAX:
+                _FOREIGN_STARTS.append((key, seconds))
+            return
         self._starts[key].inc()
         self._start_seconds[key].observe(max(seconds, 0.0))

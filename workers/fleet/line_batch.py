@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.embedded.pool import Unit, UnitGrading
-from workers.fleet.code_metrics import code_tally
+from workers.fleet.code_metrics import code_tally, take_foreign_starts
 from workers.lines.records import InputRow, alternative_items, choose_alternatives
 from workers.lines.units import (
     FLEET_UNIT_HEAD,
@@ -80,7 +80,8 @@ def is_line_unit(payload: bytes | None) -> bool:
 
 # What a task counts in its metrics of the items graded (`metrics.items_counted`):
 # {status value: count}, the count without a valid format, the seconds of each,
-# and the kind and code counts (`code_metrics.code_tally`).
+# the kind and code counts (`code_metrics.code_tally`), and the code sandbox's
+# starts in the grading process ([role, seconds] pairs).
 GradedSummary = dict[str, Any]
 
 
@@ -92,6 +93,7 @@ def graded_summary(graded: Sequence[tuple[Verdict, float]]) -> GradedSummary:
         "format_invalid": sum(not verdict.format_valid for verdict, _s in graded),
         "durations_s": [seconds for _v, seconds in graded],
         "code": code_tally(verdict for verdict, _s in graded),
+        "sandbox_starts": take_foreign_starts(),
     }
 
 

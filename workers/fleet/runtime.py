@@ -69,6 +69,8 @@ class TaskObserver:
                 summary["durations_s"],
                 summary.get("code"),  # absent from a worker of an older version
             )
+            for role, seconds in summary.get("sandbox_starts", ()):
+                self.metrics.sandbox_started(str(role), float(seconds))
         self._uncommitted_summaries.clear()
 
     def discard(self) -> None:
