@@ -12,6 +12,11 @@
 #      from the host (cold start: container start -> first batch graded), then
 #      examples/sample.jsonl; verdicts compared with embedded mode (without `cached`).
 #   5. The worker's metrics endpoint scraped, its HEALTHCHECK run, no zombie processes.
+#   5b. Code rollouts (examples/code_sample.jsonl: honest rows and hacks): the locked-down
+#      worker answers every code row `error` with the reason; a code worker container
+#      with the sandbox's rights (its own pool: root in the container, capabilities
+#      SYS_ADMIN SETUID SETGID SETPCAP KILL NET_ADMIN, the default seccomp profile)
+#      grades them with verdicts identical to embedded mode on the host.
 #   6. A `gradefleet serve` container: graded through POST /v1/grade (verdicts as
 #      embedded mode), its HEALTHCHECK (/readyz), SIGTERM -> exit 0.
 #   7. podman stop (SIGTERM): the worker must exit 0 before the stop timeout, idle and
@@ -23,7 +28,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
-IMAGE=localhost/gradefleet:test
+IMAGE=${GRADEFLEET_TEST_IMAGE:-localhost/gradefleet:test}
 BASE_IMAGE=localhost/gradefleet-base:bookworm
 BASE_PACKAGES=python3,python3-venv,ca-certificates
 TEST_LABEL=io.gradefleet.test-image=1
@@ -71,7 +76,7 @@ WORK=$(mktemp -d /tmp/gradefleet-test-image.XXXXXX)
 REDIS_PID=""
 cleanup() {
     local rc=$?
-    for name in "$RUN_ID-worker" "$RUN_ID-serve"; do
+    for name in "$RUN_ID-worker" "$RUN_ID-serve" "$RUN_ID-code"; do
         "${PODMAN[@]}" rm -f -t 0 "$name" >/dev/null 2>&1 || true
     done
     if [ -n "$REDIS_PID" ]; then kill "$REDIS_PID" 2>/dev/null || true; fi
@@ -290,6 +295,85 @@ assert procs[1][0] == "tini", f"PID 1 is {procs[1][0]}"
 assert not zombies, f"zombies: {zombies}"
 print(f"PID 1 tini, {len(procs)} processes, no zombies")' || die "process check"
 
+# --- 5b. code rollouts ---------------------------------------------------------------------
+log "code rollouts: the locked-down worker answers error with the reason"
+gf grade examples/code_sample.jsonl -o "$WORK/code.locked.jsonl" --broker "$BROKER" --quiet \
+    --deadline-s 120 || { worker_logs; die "code rows through the locked-down worker"; }
+python3 - "$WORK/code.locked.jsonl" <<'EOF' || die "locked-down worker and code rows"
+import json
+import sys
+
+rows = [json.loads(line) for line in open(sys.argv[1])]
+code = [r for r in rows if r.get("kind") == "code"]
+other = [r for r in rows if r.get("kind", "math") != "code"]
+assert code, "no code rows"
+bad = [r for r in code if r["status"] != "error" or "root" not in r["reason"]]
+assert not bad, f"not a clear error: {bad[0]}"
+assert all(r["status"] != "error" for r in other), other
+print(f"{len(code)} code rows error ({code[0]['reason']}); {len(other)} math graded")
+EOF
+
+log "code worker container: its own pool, with the sandbox's rights"
+CODE_BROKER="redis://127.0.0.1:$REDIS_PORT/1"
+CODE_METRICS_PORT=$(free_port)
+KEY_IN=/run/secrets/gradefleet-signing-key  # a hack reads it: the sandbox must not see it
+python3 -c 'import secrets; print(secrets.token_hex(32))' >"$WORK/key"
+# What deploy/k8s/components/code-workers grants: root in the container (in its own
+# user namespace on Kubernetes), these capabilities only, the default seccomp profile.
+CODE_RIGHTS=(--user 0 --cap-drop ALL --cap-add SYS_ADMIN,SETUID,SETGID,SETPCAP,KILL,NET_ADMIN
+    --read-only --security-opt no-new-privileges)
+# The worker command with a port of its own (the flag overrides the variable).
+CODE_CMD=("${WORKER_CMD[@]}")
+for i in "${!CODE_CMD[@]}"; do
+    [ "${CODE_CMD[$i]}" = --metrics-port ] && CODE_CMD[i + 1]=$CODE_METRICS_PORT
+done
+code_t0=$(now)
+"${PODMAN[@]}" run -d "${NO_TIMER[@]}" --name "$RUN_ID-code" --label "$TEST_LABEL" --network host \
+    "${CODE_RIGHTS[@]}" -v "$WORK/key:$KEY_IN:ro" \
+    -e GRADEFLEET_BROKER_URL="$CODE_BROKER" -e GRADEFLEET_CACHE_URL=none \
+    -e GRADEFLEET_SIGNING_KEY_FILE="$KEY_IN" -e GRADEFLEET_METRICS_DIR=/tmp/gradefleet-metrics \
+    -e GRADEFLEET_METRICS_PORT="$CODE_METRICS_PORT" -e GRADEFLEET_METRICS_ADDR=127.0.0.1 \
+    "$IMAGE" "${CODE_CMD[@]}" --hostname "$RUN_ID-code@%h" >/dev/null 2>>"$WORK/podman.err" \
+    || { cat "$WORK/podman.err"; die "code worker container did not start"; }
+code_logs() { "${PODMAN[@]}" logs "$RUN_ID-code" 2>&1 | tail -40; }
+GRADEFLEET_SIGNING_KEY_FILE="$WORK/key" gf grade examples/code_sample.jsonl \
+    -o "$WORK/code.fleet.jsonl" --broker "$CODE_BROKER" --quiet --deadline-s 180 \
+    || { code_logs; die "code grading in the container failed"; }
+CODE_S=$(elapsed "$code_t0" "$(now)")
+gf grade examples/code_sample.jsonl -o "$WORK/code.embedded.jsonl" --no-cache --quiet \
+    || die "embedded code grading failed"
+compare "$WORK/code.fleet.jsonl" "$WORK/code.embedded.jsonl" \
+    || die "code verdicts in the container differ from embedded mode"
+python3 - "$WORK/code.fleet.jsonl" "$CODE_METRICS_PORT" <<'EOF' || { code_logs; die "code verdicts or metrics"; }
+import json
+import sys
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+rows = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
+for rid, row in rows.items():
+    want = not rid.startswith(("hack-", "stdio-wrong"))
+    assert row["correct"] is want, f"{rid}: {row['status']} {row.get('reason')}"
+    print(f"  {rid:26} {row['status']:8} {row.get('reason', '')}")
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[2]}/metrics", timeout=10).read()
+samples = {
+    (s.name, tuple(sorted(s.labels.items()))): s.value
+    for fam in text_string_to_metric_families(text.decode())
+    for s in fam.samples
+}
+code = samples[("gradefleet_kind_rollouts_graded_total", (("kind", "code"),))]
+starts = samples[("gradefleet_code_sandbox_starts_total", (("role", "model"),))]
+timeouts = samples[("gradefleet_code_failures_total", (("failure", "timeout"),))]
+assert code == sum(r.get("kind") == "code" for r in rows.values()), code
+assert starts >= 1 and timeouts >= 1, (starts, timeouts)
+print(f"scraped: {code:.0f} code rollouts, {starts:.0f} model sandbox starts, {timeouts:.0f} timeout")
+EOF
+"${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-code" >/dev/null 2>>"$WORK/podman.err"
+rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-code")
+[ "$rc" = 0 ] || { code_logs; die "code worker exited $rc after SIGTERM"; }
+echo "code worker: verdicts identical to embedded mode, $CODE_S s from its start; SIGTERM -> exit 0"
+
 # --- 6. gradefleet serve ------------------------------------------------------------------
 log "serve container"
 "${PODMAN[@]}" run --rm "${NO_TIMER[@]}" --network none "$IMAGE" serve --help >/dev/null \
@@ -432,4 +516,5 @@ log "summary"
 echo "image size   $SIZE_MB MB ($IMAGE; base $BASE_MB MB)"
 echo "build time   $BUILD_S s"
 echo "cold start   $COLD_S s (container start -> first batch graded)"
+echo "code worker  $CODE_S s (container start -> examples/code_sample.jsonl graded)"
 echo "test-image: OK"

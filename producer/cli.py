@@ -48,7 +48,11 @@ from producer.errors import (
 from producer.files.formats import require_format_extras
 from producer.settings import ProducerSettings
 from workers import __version__
-from workers.code.item import code_limits_from_env, set_code_limits
+from workers.code.item import (
+    code_limits_from_env,
+    code_uid_base_from_env,
+    set_code_limits,
+)
 from workers.errors import ConfigError, GraderError
 from workers.lines.fields import FieldSpec, alias_table_text
 from workers.lines.records import InputRow
@@ -350,6 +354,10 @@ def grade(
     # Embedded mode's code limits (a fleet's workers read their own environment).
     if (code_limits := code_limits_from_env(os.environ)) is not None:
         set_code_limits(code_limits)
+    if (uid_base := code_uid_base_from_env(os.environ)) is not None:
+        from workers.code.grade import configure_default_sandbox  # on a code row's need
+
+        configure_default_sandbox(uid_base=uid_base)
     settings = ProducerSettings(
         broker_url=_connect_url(broker) if broker else None,
         batch_size=batch_size,

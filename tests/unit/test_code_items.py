@@ -5,6 +5,7 @@ missing on a new code grader version. Real sandbox (bubblewrap): fails without i
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -16,15 +17,19 @@ from workers.cache.results import (
     code_verdict_from_entry,
 )
 from workers.code import suite
+from workers.code.grade import grade_code
 from workers.code.item import (
     CODE_GOLD_PREFIX,
     TRIGGER_FIELDS,
     code_limits_from_env,
+    code_uid_base_from_env,
     decode_code_gold,
     encode_code_gold,
     grade_code_item,
     is_code_gold,
 )
+from workers.code.sandbox import CodeSandbox
+from workers.code.suite import StdioCase, TestSuite
 from workers.embedded.batch import BatchGrader, GradeItem, NullObserver
 from workers.embedded.code_items import CodeItemGrader
 from workers.embedded.pool import LocalPool
@@ -187,6 +192,30 @@ def test_code_limits_come_from_the_entry_points_environment() -> None:
     settings = WorkerSettings.from_env({"GRADEFLEET_CODE_TIME_LIMIT_S": "20"})
     assert settings.code_limits is not None
     assert settings.longest_batch_s == settings.max_batch_size * (20 + 1 + 0.5)
+
+
+def test_code_uid_base_comes_from_the_entry_points_environment() -> None:
+    assert code_uid_base_from_env({}) is None
+    assert code_uid_base_from_env({"GRADEFLEET_CODE_UID_BASE": "30000"}) == 30_000
+    for bad in ("0", "-5", "abc", "1e9", str(2**32)):
+        with pytest.raises(ConfigError, match="GRADEFLEET_CODE_UID_BASE"):
+            code_uid_base_from_env({"GRADEFLEET_CODE_UID_BASE": bad})
+    settings = WorkerSettings.from_env({"GRADEFLEET_CODE_UID_BASE": "30000"})
+    assert settings.code_uid_base == 30_000
+
+
+def test_code_sandbox_runs_rollouts_as_uids_from_its_base() -> None:
+    # Given a sandbox whose slot uids start at 30,000 (inside a user namespace of
+    # 65,536 ids) on a slot name of its own (slot 0),
+    case = StdioCase(stdin="", expected_stdout="30000\n")
+    uid_suite = TestSuite(mode="stdio", stdio=(case,))
+    box = CodeSandbox(f"gradefleet-test-uid-{os.getpid()}", uid_base=30_000)
+    try:
+        # the model's program runs as the slot's model uid, the base itself.
+        verdict = grade_code("import os\nprint(os.getuid())", uid_suite, sandbox=box)
+    finally:
+        box.close()
+    assert verdict.status is Status.CORRECT, verdict.reason
 
 
 def test_grade_help_lists_the_test_fields() -> None:

@@ -167,9 +167,17 @@ def test_deploy_k8s_crd_schemas_are_pinned_with_their_source():
         assert re.search(r"==\d+\.\d+\.\d+\.\d+ by generate.py$", schema["$comment"])
 
 
+# The one workload with more rights than the others: the code grader's sandbox needs
+# root in a user namespace of the pod's own and these capabilities (and no others).
+CODE_WORKER = "gradefleet-code-worker"
+CODE_CAPABILITIES = ["SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "KILL", "NET_ADMIN"]
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_deploy_k8s_every_container_is_locked_down(overlay):
     for name, spec in pod_specs(overlay):
+        if name == CODE_WORKER:
+            continue  # its own test, below
         assert spec["automountServiceAccountToken"] is False, name
         pod_sc = spec["securityContext"]
         assert pod_sc["runAsNonRoot"] is True, name
@@ -184,6 +192,49 @@ def test_deploy_k8s_every_container_is_locked_down(overlay):
                 assert {"cpu", "memory"} <= set(container["resources"][kind]), name
             assert "livenessProbe" in container, name
             assert "readinessProbe" in container, name
+
+
+def test_deploy_k8s_code_workers_have_exactly_the_sandbox_rights():
+    overlays = [o for o in OVERLAYS if objects(o, "Deployment") and _has_code(o)]
+    assert overlays == ["self-contained-code"]
+    for overlay in overlays:
+        deployment = one(overlay, "Deployment", CODE_WORKER)
+        spec = deployment["spec"]["template"]["spec"]
+        # Root only inside the pod's own user namespace; seccomp as everywhere.
+        assert spec["hostUsers"] is False
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"]["runAsUser"] == 0
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        (container,) = spec["containers"]
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": CODE_CAPABILITIES}
+        assert "privileged" not in sc
+        # The slot uids fit the 65,536 ids the user namespace maps.
+        code = one(overlay, "ConfigMap", "gradefleet-code-config")["data"]
+        settings = WorkerSettings.from_env(
+            {**one(overlay, "ConfigMap", "gradefleet-config")["data"], **code}
+        )
+        assert settings.code_uid_base is not None
+        assert settings.code_uid_base + 2 * 4096 < 65_536
+        refs = [r["configMapRef"]["name"] for r in container["envFrom"]]
+        assert refs == ["gradefleet-config", "gradefleet-code-config"]  # code wins
+        # Its own broker database: math workers never receive code rollouts.
+        assert settings.broker_url != worker_settings(overlay).broker_url
+        # Memory: a math sandbox child and a code rollout per grading process.
+        memory = quantity_bytes(container["resources"]["limits"]["memory"])
+        assert memory >= settings.concurrency * 2 * settings.item_memory_bytes
+        assert spec["terminationGracePeriodSeconds"] >= settings.longest_batch_s + 30
+        monitor = one(overlay, "PodMonitor", "gradefleet-code-workers")
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def _has_code(overlay: str) -> bool:
+    return any(
+        o["metadata"]["name"] == CODE_WORKER for o in objects(overlay, "Deployment")
+    )
 
 
 def test_deploy_k8s_image_user_matches_the_dockerfile():

@@ -30,12 +30,17 @@ from typing import Any
 from workers.code.compare import stdout_matches
 from workers.code.errors import InvalidTestsError
 from workers.code.program import extract_program
-from workers.code.sandbox import CodeSandbox, RunLimits, SandboxUnavailableError
+from workers.code.sandbox import (
+    CodeSandbox,
+    RunLimits,
+    SandboxObserver,
+    SandboxUnavailableError,
+)
 from workers.code.suite import StdioCase, TestSuite, parse_suite
 from workers.code.version import CODE_GRADER_VERSION
 from workers.models import Status, Verdict, ungraded_verdict
 
-__all__ = ["CodeLimits", "default_sandbox", "grade_code"]
+__all__ = ["CodeLimits", "configure_default_sandbox", "default_sandbox", "grade_code"]
 
 _SIGKILL, _SIGXCPU = 9, 24
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
@@ -69,13 +74,30 @@ class CodeLimits:
 
 
 _DEFAULT: CodeSandbox | None = None
+_DEFAULT_OPTIONS: dict[str, Any] = {}  # configure_default_sandbox's
+
+
+def configure_default_sandbox(
+    *, uid_base: int | None = None, observer: SandboxObserver | None = None
+) -> None:
+    """Options of this process's default sandbox: the slot uids' base (an entry
+    point's setting) and who is told of its starts (the worker's metrics). A sandbox
+    made before is stopped; the next use starts one with these options."""
+    global _DEFAULT
+    if uid_base is not None:
+        _DEFAULT_OPTIONS["uid_base"] = uid_base
+    if observer is not None:
+        _DEFAULT_OPTIONS["observer"] = observer
+    if _DEFAULT is not None:
+        _DEFAULT.close()
+        _DEFAULT = None
 
 
 def default_sandbox() -> CodeSandbox:
     """This process's sandbox, started on first use and stopped at exit."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = CodeSandbox()
+        _DEFAULT = CodeSandbox(**_DEFAULT_OPTIONS)
         atexit.register(_DEFAULT.close)
     return _DEFAULT
 

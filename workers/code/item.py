@@ -40,6 +40,7 @@ __all__ = [
     "TRIGGER_FIELDS",
     "code_limits_from_env",
     "code_row_limits",
+    "code_uid_base_from_env",
     "decode_code_gold",
     "encode_code_gold",
     "grade_code_item",
@@ -229,6 +230,34 @@ def code_limits_from_env(env: Mapping[str, str]) -> CodeLimits | None:
         wall_s=_positive(env, "GRADEFLEET_CODE_WALL_S", default.wall_s),
         memory_bytes=int(memory_mb * (1 << 20)),
     )
+
+
+# The slot uids run from the base to base + 2 x 4,096 slots; a user namespace of
+# 65,536 ids (Kubernetes' hostUsers: false) holds 1,000 ... 57,344 with the ids of
+# the image's own accounts below.
+_UID_BASE_RANGE = (1_000, 2**32 - 2 - 2 * 4_096)
+
+
+def code_uid_base_from_env(env: Mapping[str, str]) -> int | None:
+    """The first uid of the code sandbox's slots (`GRADEFLEET_CODE_UID_BASE`;
+    `workers.code.sandbox.UID_BASE` when unset: None).
+
+    Raises:
+        ConfigError: a value that is not an integer in range.
+    """
+    raw = env.get("GRADEFLEET_CODE_UID_BASE")
+    if raw is None or raw.strip() == "":
+        return None
+    low, high = _UID_BASE_RANGE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not low <= value <= high:
+        raise ConfigError(
+            f"GRADEFLEET_CODE_UID_BASE={raw!r} is not an integer in {low}..{high}"
+        )
+    return value
 
 
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:

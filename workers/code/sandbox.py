@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from workers.code.cgroup import SlotCgroup
 from workers.code.errors import CodeGraderError
@@ -45,13 +45,17 @@ __all__ = [
     "CodeSandbox",
     "HarnessOutcome",
     "RunLimits",
+    "SandboxObserver",
     "SandboxUnavailableError",
     "SlotLease",
 ]
 
 # Sandbox starts refused, by reason (the metrics layer reads this).
 UNAVAILABLE: Counter[str] = Counter()
-UID_BASE = 1_600_000  # far above real accounts; kernel uids only, no passwd entry
+# Far above real accounts; kernel uids only, no passwd entry. A worker in a user
+# namespace that maps fewer ids (Kubernetes' hostUsers: false maps 65,536) passes a
+# base inside its range (`CodeSandbox(uid_base=...)`, GRADEFLEET_CODE_UID_BASE).
+UID_BASE = 1_600_000
 MAX_SLOTS = 4096
 _START_TIMEOUT_S = 20.0
 # The slot's pids cgroup (where there is one): bwrap, its init, the zygote, and a
@@ -64,6 +68,12 @@ _HARNESS_CAPS = ("SETUID", "SETGID", "SETPCAP")  # to drop to its uid, once
 
 class SandboxUnavailableError(CodeGraderError):
     """The sandbox cannot run here; the message says why (the grade is `error`)."""
+
+
+class SandboxObserver(Protocol):
+    """Told of each zygote started (the worker's metrics)."""
+
+    def sandbox_started(self, role: str, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +109,9 @@ class SlotLease:
     the worker processes of one machine share).
     """
 
-    def __init__(self, prefix: str = "gradefleet-code-slot") -> None:
+    def __init__(
+        self, prefix: str = "gradefleet-code-slot", uid_base: int = UID_BASE
+    ) -> None:
         for slot in range(MAX_SLOTS):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -108,7 +120,7 @@ class SlotLease:
                 sock.close()
                 continue
             self.slot, self._sock = slot, sock
-            self.model_uid = UID_BASE + 2 * slot
+            self.model_uid = uid_base + 2 * slot
             self.harness_uid = self.model_uid + 1
             return
         raise SandboxUnavailableError(f"all {MAX_SLOTS} sandbox slots are in use")
@@ -198,7 +210,12 @@ class _Zygote:
 
     def __init__(self, role: str, harness_uid: int, cgroup: SlotCgroup | None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = bwrap_argv(role, theirs.fileno(), harness_uid)
+        try:
+            argv = bwrap_argv(role, theirs.fileno(), harness_uid)
+        except SandboxUnavailableError:  # no bwrap: the pair would leak per rollout
+            ours.close()
+            theirs.close()
+            raise
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(  # bwrap hands the socket on to the zygote
             cgroup.wrap(argv) if cgroup else argv,
@@ -217,9 +234,10 @@ class _Zygote:
                 deadline=time.monotonic() + _START_TIMEOUT_S,
             )
         except WireError as exc:
+            why = self.why(exc)  # before close(), which closes the stderr file
             self.close()
             raise SandboxUnavailableError(
-                f"the {role} sandbox did not start: {self.why(exc)}"
+                f"the {role} sandbox did not start: {why}"
             ) from None
 
     def why(self, exc: BaseException) -> str:
@@ -258,8 +276,16 @@ class CodeSandbox:
     """Runs rollouts in the two zygotes of this process, starting them on first use
     and again after one died (a zygote that misbehaves is replaced, never trusted)."""
 
-    def __init__(self, slot_prefix: str = "gradefleet-code-slot") -> None:
+    def __init__(
+        self,
+        slot_prefix: str = "gradefleet-code-slot",
+        *,
+        uid_base: int = UID_BASE,
+        observer: SandboxObserver | None = None,
+    ) -> None:
         self._slot_prefix = slot_prefix
+        self._uid_base = uid_base
+        self._observer = observer
         self._owner = -1
         self._lease: SlotLease | None = None
         self._model: _Zygote | None = None
@@ -273,16 +299,23 @@ class CodeSandbox:
         try:
             _check_privileges()
             if self._lease is None:
-                self._lease = SlotLease(self._slot_prefix)
+                self._lease = SlotLease(self._slot_prefix, self._uid_base)
             if self._model is None:
                 self._cgroup = SlotCgroup(self._lease.slot, _SLOT_PROCESSES)
-                self._model = _Zygote("model", self._lease.harness_uid, self._cgroup)
+                self._model = self._start("model", self._lease, self._cgroup)
             if self._harness is None:
-                self._harness = _Zygote("harness", self._lease.harness_uid, None)
+                self._harness = self._start("harness", self._lease, None)
         except SandboxUnavailableError as exc:
             UNAVAILABLE[str(exc)[:200]] += 1
             raise
         return self._lease, self._model, self._harness
+
+    def _start(self, role: str, lease: SlotLease, cgroup: SlotCgroup | None) -> _Zygote:
+        started = time.monotonic()
+        zygote = _Zygote(role, lease.harness_uid, cgroup)
+        if self._observer is not None:
+            self._observer.sandbox_started(role, time.monotonic() - started)
+        return zygote
 
     def close(self) -> None:
         """Stop both zygotes (and every sandboxed process with them)."""

@@ -103,6 +103,10 @@ def create_app(settings: WorkerSettings) -> Celery:
     configure(settings)
     if settings.code_limits is not None:  # before the prefork children: inherited
         set_code_limits(settings.code_limits)
+    if settings.code_uid_base is not None:
+        from workers.code.grade import configure_default_sandbox  # the sandbox: lazily
+
+        configure_default_sandbox(uid_base=settings.code_uid_base)
     _limit_remote_control()
     closed_channels_fail_as_connection_errors()
     failed_acks_free_their_prefetch_slot()

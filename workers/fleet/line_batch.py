@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.embedded.pool import Unit, UnitGrading
+from workers.fleet.code_metrics import code_tally, take_foreign_starts
 from workers.lines.records import InputRow, alternative_items, choose_alternatives
 from workers.lines.units import (
     FLEET_UNIT_HEAD,
@@ -78,7 +79,9 @@ def is_line_unit(payload: bytes | None) -> bool:
 
 
 # What a task counts in its metrics of the items graded (`metrics.items_counted`):
-# {status value: count}, the count without a valid format, the seconds of each.
+# {status value: count}, the count without a valid format, the seconds of each,
+# the kind and code counts (`code_metrics.code_tally`), and the code sandbox's
+# starts in the grading process ([role, seconds] pairs).
 GradedSummary = dict[str, Any]
 
 
@@ -89,6 +92,8 @@ def graded_summary(graded: Sequence[tuple[Verdict, float]]) -> GradedSummary:
         "statuses": dict(statuses),
         "format_invalid": sum(not verdict.format_valid for verdict, _s in graded),
         "durations_s": [seconds for _v, seconds in graded],
+        "code": code_tally(verdict for verdict, _s in graded),
+        "sandbox_starts": take_foreign_starts(),
     }
 
 

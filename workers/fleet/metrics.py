@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 
 from workers import __version__
 from workers.errors import MetricsSetupError
+from workers.fleet.code_metrics import CodeMetrics, CodeTally, code_tally
 from workers.models import Status, Verdict
 from workers.wire.lanes import INTERACTIVE, LANES, lane_of_queue
 from workers.wire.protocol import UNACKED_KEY, priority_queue_keys
@@ -136,7 +137,8 @@ def observe_all(histogram: Histogram, values: Iterable[float]) -> None:
 
 
 class WorkerMetrics:
-    """The worker's metrics; implements `workers.embedded.batch.BatchObserver`.
+    """The worker's metrics; implements `workers.embedded.batch.BatchObserver` and
+    the code sandbox's `SandboxObserver` (kinds and code: `code_metrics`).
 
     Args:
         registry: where the metrics are registered. ``None`` gives a private registry:
@@ -150,6 +152,7 @@ class WorkerMetrics:
         self._build_verdict_metrics(self.registry)
         self._build_batch_metrics(self.registry)
         self._build_process_metrics(self.registry)
+        self.code = CodeMetrics(self.registry)
 
     def _build_verdict_metrics(self, reg: CollectorRegistry) -> None:
         graded = Counter(
@@ -260,6 +263,7 @@ class WorkerMetrics:
         if not verdict.format_valid:
             self._format_invalid.inc()
         self._grade_duration.observe(max(duration_s, 0.0))
+        self.code.count(code_tally([verdict]))
 
     def items_graded(self, graded: Sequence[tuple[Verdict, float]]) -> None:
         """`item_graded` of each (verdict, seconds), a counter moved once per
@@ -269,6 +273,7 @@ class WorkerMetrics:
             collections.Counter(verdict.status for verdict, _s in graded),
             sum(not verdict.format_valid for verdict, _s in graded),
             [duration_s for _verdict, duration_s in graded],
+            code_tally(verdict for verdict, _s in graded),
         )
 
     def items_counted(
@@ -276,14 +281,17 @@ class WorkerMetrics:
         statuses: Mapping[Status, int],
         format_invalid: int,
         durations_s: Iterable[float],
+        code: CodeTally | None = None,
     ) -> None:
         """`items_graded` from its counts (a unit of lines graded whole reports
-        these, not its verdicts)."""
+        these, not its verdicts; `code`: their `code_metrics.code_tally`)."""
         for status, count in statuses.items():
             self._graded[status].inc(count)
         if format_invalid:
             self._format_invalid.inc(format_invalid)
         observe_all(self._grade_duration, (max(s, 0.0) for s in durations_s))
+        if code:
+            self.code.count(code)
 
     def cache_lookup(self, *, hits: int, misses: int) -> None:
         """Count one batch's cache lookups."""
@@ -296,6 +304,10 @@ class WorkerMetrics:
         """Count a sandbox restart; unknown reasons are counted as "other"."""
         key = reason if reason in self._restarts else "other"
         self._restarts[key].inc()
+
+    def sandbox_started(self, role: str, seconds: float) -> None:
+        """A code sandbox zygote started (`workers.code.sandbox.SandboxObserver`)."""
+        self.code.sandbox_started(role, seconds)
 
     def integrity_rejected(self, kind: str, count: int = 1) -> None:
         """Count messages or entries refused because their MAC did not verify."""

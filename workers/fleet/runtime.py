@@ -64,8 +64,13 @@ class TaskObserver:
         for summary in self._uncommitted_summaries:
             statuses = {Status(v): n for v, n in summary["statuses"].items()}
             self.metrics.items_counted(
-                statuses, summary["format_invalid"], summary["durations_s"]
+                statuses,
+                summary["format_invalid"],
+                summary["durations_s"],
+                summary.get("code"),  # absent from a worker of an older version
             )
+            for role, seconds in summary.get("sandbox_starts", ()):
+                self.metrics.sandbox_started(str(role), float(seconds))
         self._uncommitted_summaries.clear()
 
     def discard(self) -> None:
@@ -206,6 +211,11 @@ def build_runtime(settings: WorkerSettings) -> WorkerRuntime:
     """Build a process's runtime (the sandbox child itself starts on first use)."""
     clients = RedisClients(socket_timeout=_SOCKET_TIMEOUT_S)
     metrics = WorkerMetrics()
+    # This process's code sandbox tells the metrics of its starts (lazily imported:
+    # the sandbox starts on a batch's first code item).
+    from workers.code.grade import configure_default_sandbox
+
+    configure_default_sandbox(observer=metrics)
     observer = TaskObserver(metrics)
     sandbox = _sandbox(settings, observer)
     return WorkerRuntime(

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from workers.code.item import code_limits_from_env
+from workers.code.item import code_limits_from_env, code_uid_base_from_env
 from workers.errors import ConfigError
 from workers.sizing import MAX_AUTO_BATCH_SIZE, RECYCLE_AFTER_ITEMS
 from workers.wire.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
@@ -57,6 +57,9 @@ class WorkerSettings:
         code_limits: the code grader's limits (`workers.code.grade.CodeLimits`), from
             `GRADEFLEET_CODE_TIME_LIMIT_S` (per test), `GRADEFLEET_CODE_WALL_S` (a
             rollout) and `GRADEFLEET_CODE_MEMORY_MB`; None: its defaults.
+        code_uid_base: the first uid of the code sandbox's slots
+            (`GRADEFLEET_CODE_UID_BASE`; None: the sandbox's own, 1,600,000): one
+            inside the worker's user namespace where it maps few ids.
         test_hooks_path: a Python file whose `hooked_grade` replaces the verifier
             in the sandbox: the test tree's misbehaving grader (never in production).
     """
@@ -80,6 +83,7 @@ class WorkerSettings:
     loglevel: str = "INFO"
     keyring: Keyring | None = None
     code_limits: CodeLimits | None = None
+    code_uid_base: int | None = None
     test_hooks_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -171,6 +175,7 @@ class WorkerSettings:
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
             test_hooks_path=env.get("GRADEFLEET_TEST_HOOKS") or None,
             code_limits=code_limits_from_env(env),
+            code_uid_base=code_uid_base_from_env(env),
         )
 
 
