@@ -45,6 +45,7 @@ from producer.errors import (
     MalformedInputError,
     ProducerError,
 )
+from producer.extras import require
 from producer.files.formats import require_format_extras
 from producer.settings import ProducerSettings
 from workers import __version__
@@ -351,6 +352,8 @@ def grade(
     """
     check_output_path(input_path, output_path)
     require_format_extras(input_path, output_path)  # before the pool starts
+    if report_path is not None:
+        require("report", "numpy")
     # Embedded mode's code limits (a fleet's workers read their own environment).
     if (code_limits := code_limits_from_env(os.environ)) is not None:
         set_code_limits(code_limits)

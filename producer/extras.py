@@ -9,6 +9,8 @@ feature below calls `require` before it imports its packages:
     parquet  Parquet input and output
     html     `gradefleet report --html`
     inspect  reading Inspect `.eval` logs; the Inspect scorer
+    report   `report`, `grade --report` (NumPy: in the core install, but not in the
+             worker image, which grades and serves and leaves reports to the caller)
 
 Adding an extra: its packages in pyproject.toml's `[project.optional-dependencies]`
 (and in `all`), its name here, `require` at each entry of the feature.
@@ -29,6 +31,7 @@ EXTRAS = {
     "parquet": "Parquet input and output",
     "html": "`report --html`",
     "inspect": "reading Inspect .eval logs",
+    "report": "`gradefleet report` and `grade --report`",
 }
 
 

@@ -17,7 +17,7 @@ import click
 
 from producer.errors import InputFormatError
 from producer.extras import install_line, require
-from producer.files.formats import iter_records
+from producer.files.formats import iter_records, require_format_extras
 from workers.lines.fields import FieldSpec
 
 __all__ = [
@@ -149,6 +149,9 @@ def build_report(
     ks: list[int] | None = None,
     split_versions: bool = False,
 ) -> Any:
+    if path != "-":  # the file's own extra (Parquet, Inspect) is named first
+        require_format_extras(path, "")
+    require("report", "numpy")
     from producer.reports.report import ReportBuilder
 
     builder = ReportBuilder(by, spec=spec, split_versions=split_versions)

@@ -166,6 +166,19 @@ def test_extras_report_html_without_the_extra_exits_2(tmp_path: Path) -> None:
     assert not page.exists()
 
 
+def test_extras_report_without_numpy_exits_2_before_grading(tmp_path: Path) -> None:
+    # Given no NumPy (as in the worker image): `report` of a graded file and
+    # `grade --report` exit 2 naming the report extra; grade --report writes nothing.
+    graded = tmp_path / "graded.jsonl"
+    done = _cli("grade", SAMPLE, "-o", graded, "--no-cache", "-q", "--processes", "1")
+    assert done.returncode == 0, done.stderr
+    _assert_needs(_cli("report", graded), "report")
+    out, summary = tmp_path / "again.jsonl", tmp_path / "report.json"
+    _assert_needs(_cli("grade", SAMPLE, "-o", out, "--report", summary), "report")
+    assert not out.exists()
+    assert not summary.exists()
+
+
 def test_extras_parquet_output_without_the_extra_exits_2(tmp_path: Path) -> None:
     out = tmp_path / "graded.parquet"
     _assert_needs(_cli("grade", SAMPLE, "-o", out, "-q"), "parquet")
