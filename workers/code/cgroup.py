@@ -13,7 +13,6 @@ limit still holds). The directories are removed when the sandbox closes.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 
@@ -29,7 +28,9 @@ class SlotCgroup:
     def __init__(self, slot: int, max_processes: int, root: Path = _V1_ROOT) -> None:
         self.dirs: list[Path] = []
         for controller in ("cpu", "pids"):
-            path = root / controller / _GROUP / f"slot-{slot}"
+            # Directly under the root: a slot competes as one task does, where under
+            # a common group all slots together would get one task's share.
+            path = root / controller / f"{_GROUP}-slot-{slot}"
             try:
                 path.mkdir(parents=True, exist_ok=True)
                 if controller == "pids":
@@ -47,8 +48,8 @@ class SlotCgroup:
         return ["/bin/sh", "-c", f'{moves} && exec "$0" "$@"', *argv]
 
     def remove(self) -> None:
-        """Remove the cgroups (and the group's, when no other slot uses it), waiting
-        up to a second for the killed sandbox's processes to leave them."""
+        """Remove the cgroups, waiting up to a second for the killed sandbox's
+        processes to leave them."""
         deadline = time.monotonic() + 1.0
         for path in self.dirs:
             while path.exists():
@@ -58,6 +59,4 @@ class SlotCgroup:
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.01)
-            with contextlib.suppress(OSError):
-                path.parent.rmdir()
         self.dirs = []

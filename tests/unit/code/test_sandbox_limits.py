@@ -178,8 +178,8 @@ def test_limits_model_processes_share_their_slots_cgroups(sandbox):
     # Then all of them are in the slot's cpu and pids cgroups
     assert len(seen) == 8
     for cgroups in seen:
-        assert "cpu:/gradefleet-code/slot-" in cgroups.replace(",cpuacct", "")
-        assert "pids:/gradefleet-code/slot-" in cgroups
+        assert "cpu:/gradefleet-code-slot-" in cgroups.replace(",cpuacct", "")
+        assert "pids:/gradefleet-code-slot-" in cgroups
 
 
 def test_limits_output_flood_in_call_mode_is_cut_too(sandbox):
