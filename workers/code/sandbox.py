@@ -37,7 +37,7 @@ from typing import Any
 
 from workers.code.cgroup import SlotCgroup
 from workers.code.errors import CodeGraderError
-from workers.code.wire import WireError, read_frame, send_frame
+from workers.code.wire import WireError, WireTimeout, read_frame, send_frame
 from workers.code.zygote import FRAME_BYTES
 
 __all__ = [
@@ -366,6 +366,11 @@ class CodeSandbox:
             reply = harness.read(deadline)
             model.send({"op": "finish"})
             model_end = model.read(deadline)
+        except WireTimeout:
+            # The harness has its own deadlines on every call; overrunning them too
+            # is the rollout's timeout (never a pass, and not the sandbox's error).
+            self._reset()
+            return HarnessOutcome([], False, {"ready": True, "killed": "timeout"})
         except (WireError, OSError) as exc:
             self._reset()
             raise SandboxUnavailableError(f"sandbox failed: {exc}") from None
