@@ -20,6 +20,9 @@ __all__ = ["SlotCgroup"]
 
 _V1_ROOT = Path("/sys/fs/cgroup")
 _GROUP = "gradefleet-code"
+# A rollout's weight against one ordinary process (1024): the trusted processes that
+# keep the pipeline moving (workers, harness) come first when the CPU is contended.
+CPU_SHARES = 128
 
 
 class SlotCgroup:
@@ -35,6 +38,8 @@ class SlotCgroup:
                 path.mkdir(parents=True, exist_ok=True)
                 if controller == "pids":
                     (path / "pids.max").write_text(str(max_processes))
+                else:
+                    (path / "cpu.shares").write_text(str(CPU_SHARES))
             except OSError:
                 continue
             self.dirs.append(path)
