@@ -21,6 +21,7 @@ raises `SandboxUnavailableError` with the reason, and the grade is `error` (coun
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import shutil
@@ -322,6 +323,9 @@ class CodeSandbox:
         self._lease: SlotLease | None = None
         self._model: _Zygote | None = None
         self._cgroup: SlotCgroup | None = None
+        # At exit, so that the slot's cgroup directories go too (a SIGKILLed worker
+        # leaves them; the next sandbox on that slot reuses them).
+        atexit.register(self.close)
         self._harness: _Zygote | None = None
 
     def _zygotes(self) -> tuple[SlotLease, _Zygote, _Zygote]:
