@@ -4,7 +4,9 @@ Run on demand (not collected by pytest)::
 
     python3 tests/bench/bench_code.py [--quick] [--workers 2] [--slots 8]
 
-1. Throughput on MBPP's reference programs (../shared/data/code/mbpp_sanitized.jsonl):
+1. Throughput (rollouts/s) and CPU per rollout (the workers and everything they
+   started: the machine's other load does not count there) on MBPP's reference
+   programs (../shared/data/code/mbpp_sanitized.jsonl):
    `grade_code` (every rollout in a fresh sandbox: bwrap'd zygote, new namespaces,
    slot uid, hard rlimits, harness process) against a plain loop that runs the same
    program + test + `check(entry_point)` in its own `python3` subprocess with rlimits
@@ -65,6 +67,9 @@ HOSTILE = {
 }
 
 Item = tuple[str, dict[str, Any]]  # (response, row)
+Grader = Callable[[Item], str]
+Closer = Callable[[], None]
+CpuMeter = Callable[[], float]
 
 
 def load_rows() -> list[dict[str, Any]]:
@@ -97,9 +102,15 @@ def plain_source(row: dict[str, Any]) -> str:
 # ------------------------------------------------------------------ worker processes
 
 
-def _ours(
-    slots: int, limits: CodeLimits
-) -> tuple[Callable[[Item], str], Callable[[], None]]:
+def _cpu_self_and_children() -> float:
+    usage = [
+        resource.getrusage(who)
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    ]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
+def _ours(slots: int, limits: CodeLimits) -> tuple[Grader, Closer, CpuMeter]:
     boxes = [CodeSandbox() for _ in range(slots)]
     free = list(boxes)
     lock = threading.Lock()
@@ -109,14 +120,9 @@ def _ours(
             box = free.pop()
         try:
             response, row = item
-            verdict = grade_code(
-                response,
-                row,
-                prompt=row["prompt"],
-                entry_point=row["entry_point"],
-                limits=limits,
-                sandbox=box,
-            )
+            verdict = grade_code(response, row, prompt=row["prompt"],
+                                 entry_point=row["entry_point"], limits=limits,
+                                 sandbox=box)  # fmt: skip
             return verdict.status.value
         finally:
             with lock:
@@ -126,12 +132,13 @@ def _ours(
         for box in boxes:
             box.close()
 
-    return grade, close
+    def cpu() -> float:  # this process, and both zygotes of every slot with children
+        return _cpu_self_and_children() + sum(sum(b.zygote_times()) for b in boxes)
+
+    return grade, close, cpu
 
 
-def _plain(
-    slots: int, limits: CodeLimits
-) -> tuple[Callable[[Item], str], Callable[[], None]]:
+def _plain(slots: int, limits: CodeLimits) -> tuple[Grader, Closer, CpuMeter]:
     def grade(item: Item) -> str:
         argv = [sys.executable, "-c", plain_source(item[1])]
         proc = subprocess.run(
@@ -139,33 +146,27 @@ def _plain(
         )
         return "correct" if proc.returncode == 0 else "wrong"
 
-    return grade, lambda: None
+    return grade, lambda: None, _cpu_self_and_children
 
 
-def worker(
-    kind: str,
-    items: list[Item],
-    slots: int,
-    limits: CodeLimits,
-    ready: Any,
-    go: Any,
-    results: Any,
-) -> None:
-    grade, close = (_ours if kind == "ours" else _plain)(slots, limits)
+def worker(kind: str, items: list[Item], slots: int, limits: CodeLimits,
+           ready: Any, go: Any, results: Any) -> None:  # fmt: skip
+    grade, close, cpu = (_ours if kind == "ours" else _plain)(slots, limits)
     with ThreadPoolExecutor(slots) as pool:  # warm every slot before the clock starts
         list(pool.map(grade, [items[0]] * slots))
         ready.put(os.getpid())
         go.wait()
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), cpu()
         statuses = list(pool.map(grade, items))
-    results.put((time.perf_counter() - started, Counter(statuses)))
+    results.put((time.perf_counter() - started, Counter(statuses), cpu() - cpu_before))
     close()
 
 
 def run_parallel(
     kind: str, items: list[Item], workers: int, slots: int, limits: CodeLimits
-) -> tuple[float, Counter[str]]:
-    """Wall seconds from the start signal to the last worker done, and the statuses."""
+) -> tuple[float, Counter[str], float]:
+    """Wall seconds from the start signal to the last worker done, the statuses, and
+    the CPU seconds the workers and everything they started spent meanwhile."""
     ctx = multiprocessing.get_context("fork")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     shares = [items[i::workers] for i in range(workers)]
@@ -182,13 +183,15 @@ def run_parallel(
     started = time.perf_counter()
     go.set()
     statuses: Counter[str] = Counter()
+    cpu_s = 0.0
     for _ in procs:
-        _, counts = results.get(timeout=3600)
+        _, counts, spent = results.get(timeout=3600)
         statuses.update(counts)
+        cpu_s += spent
     wall = time.perf_counter() - started
     for proc in procs:
         proc.join()
-    return wall, statuses
+    return wall, statuses, cpu_s
 
 
 # ---------------------------------------------------------------------------- phases
@@ -295,13 +298,22 @@ def throughput(
     for label, subset in (("all", rows), ("without long runs", short)):
         items = [reference(row) for row in subset]
         shape = (workers, slots, THROUGHPUT_LIMITS)
-        plain_wall, plain_statuses = run_parallel("plain", items, *shape)
-        ours_wall, ours_statuses = run_parallel("ours", items, *shape)
+        plain_wall, plain_statuses, plain_cpu = run_parallel("plain", items, *shape)
+        ours_wall, ours_statuses, ours_cpu = run_parallel("ours", items, *shape)
         plain_rate, ours_rate = len(items) / plain_wall, len(items) / ours_wall
+        plain_ms, ours_ms = (cpu / len(items) * 1e3 for cpu in (plain_cpu, ours_cpu))
+        print(f"  {label} (n={len(items)})")
         print(
-            f"  {label:18s} n={len(items)}: plain python3 loop {plain_rate:7.1f}/s"
-            f" {dict(plain_statuses)}, ours {ours_rate:7.1f}/s {dict(ours_statuses)},"
-            f" ratio {ours_rate / plain_rate:.2f}x"
+            f"    plain python3 loop {plain_rate:7.1f}/s {plain_ms:6.2f} CPU ms/rollout"
+            f"  {dict(plain_statuses)}"
+        )
+        print(
+            f"    ours               {ours_rate:7.1f}/s {ours_ms:6.2f} CPU ms/rollout"
+            f"  {dict(ours_statuses)}"
+        )
+        print(
+            f"    ratio: throughput {ours_rate / plain_rate:.2f}x,"
+            f" CPU per rollout {plain_ms / ours_ms:.2f}x"
         )
 
 
@@ -345,7 +357,7 @@ def hostile_step(
     walls: dict[str, list[float]] = {"clean": [], "hostile": []}
     for _ in range(repeat):  # alternated, so a change in the machine's load hits both
         for label, items in (("clean", clean), ("hostile", dirty)):
-            wall, statuses = run_parallel("ours", items, workers, slots, STEP_LIMITS)
+            wall, statuses, _ = run_parallel("ours", items, workers, slots, STEP_LIMITS)
             walls[label].append(wall)
             print(
                 f"  {label:8s} {wall:7.2f} s  {dict(statuses)}"

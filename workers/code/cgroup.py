@@ -13,7 +13,6 @@ limit still holds). The directories are removed when the sandbox closes.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 
@@ -21,6 +20,9 @@ __all__ = ["SlotCgroup"]
 
 _V1_ROOT = Path("/sys/fs/cgroup")
 _GROUP = "gradefleet-code"
+# A rollout's weight against one ordinary process (1024): the trusted processes that
+# keep the pipeline moving (workers, harness) come first when the CPU is contended.
+CPU_SHARES = 128
 
 
 class SlotCgroup:
@@ -29,11 +31,15 @@ class SlotCgroup:
     def __init__(self, slot: int, max_processes: int, root: Path = _V1_ROOT) -> None:
         self.dirs: list[Path] = []
         for controller in ("cpu", "pids"):
-            path = root / controller / _GROUP / f"slot-{slot}"
+            # Directly under the root: a slot competes as one task does, where under
+            # a common group all slots together would get one task's share.
+            path = root / controller / f"{_GROUP}-slot-{slot}"
             try:
                 path.mkdir(parents=True, exist_ok=True)
                 if controller == "pids":
                     (path / "pids.max").write_text(str(max_processes))
+                else:
+                    (path / "cpu.shares").write_text(str(CPU_SHARES))
             except OSError:
                 continue
             self.dirs.append(path)
@@ -47,8 +53,8 @@ class SlotCgroup:
         return ["/bin/sh", "-c", f'{moves} && exec "$0" "$@"', *argv]
 
     def remove(self) -> None:
-        """Remove the cgroups (and the group's, when no other slot uses it), waiting
-        up to a second for the killed sandbox's processes to leave them."""
+        """Remove the cgroups, waiting up to a second for the killed sandbox's
+        processes to leave them."""
         deadline = time.monotonic() + 1.0
         for path in self.dirs:
             while path.exists():
@@ -58,6 +64,4 @@ class SlotCgroup:
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.01)
-            with contextlib.suppress(OSError):
-                path.parent.rmdir()
         self.dirs = []

@@ -71,7 +71,10 @@ class ModelProxy:
         try:
             send_frame(self._fd_to, [name, args, kwargs], max_bytes=self._max_bytes)
             answer = read_frame(
-                self._fd_from, max_bytes=self._max_bytes, deadline=self.deadline
+                self._fd_from,
+                max_bytes=self._max_bytes,
+                deadline=self.deadline,
+                timed=True,
             )
         except WireTimeout:
             self.gone = "timeout"

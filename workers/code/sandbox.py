@@ -21,13 +21,16 @@ raises `SandboxUnavailableError` with the reason, and the grade is `error` (coun
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
 import shutil
 import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Generator
@@ -37,7 +40,7 @@ from typing import Any, Protocol
 
 from workers.code.cgroup import SlotCgroup
 from workers.code.errors import CodeGraderError
-from workers.code.wire import WireError, read_frame, send_frame
+from workers.code.wire import WireError, WireTimeout, read_frame, send_frame
 from workers.code.zygote import FRAME_BYTES
 
 __all__ = [
@@ -205,6 +208,60 @@ class HarnessOutcome:
     harness_cpu_s: float = 0.0
 
 
+class _Launcher:
+    """Starts every zygote from one thread that lives as long as the process.
+
+    bwrap's --die-with-parent is the kernel's parent-death signal, and that follows
+    the *thread* that started the process: a zygote started from a pool thread
+    would be killed when that thread ends. Started from here, a zygote dies with
+    the worker process, and only then.
+    """
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._lock = threading.Lock()
+        self._requests: queue.SimpleQueue[_LaunchRequest] = queue.SimpleQueue()
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._pid != os.getpid():  # a new process (forked): a new thread
+                self._pid = os.getpid()
+                self._requests = queue.SimpleQueue()
+                thread = threading.Thread(
+                    target=self._serve, args=(self._requests,), daemon=True
+                )
+                thread.start()
+            requests = self._requests
+        request = _LaunchRequest(argv, kwargs)
+        requests.put(request)
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.proc is not None
+        return request.proc
+
+    @staticmethod
+    def _serve(requests: queue.SimpleQueue[_LaunchRequest]) -> None:
+        while True:
+            request = requests.get()
+            try:
+                request.proc = subprocess.Popen(request.argv, **request.kwargs)
+            except BaseException as exc:  # handed to the caller's thread
+                request.error = exc
+            request.done.set()
+
+
+class _LaunchRequest:
+    def __init__(self, argv: list[str], kwargs: dict[str, Any]) -> None:
+        self.argv, self.kwargs = argv, kwargs
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+_LAUNCHER = _Launcher()
+
+
 class _Zygote:
     """One bwrap'd zygote process and the socket to it."""
 
@@ -217,15 +274,17 @@ class _Zygote:
             theirs.close()
             raise
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen(  # bwrap hands the socket on to the zygote
-            cgroup.wrap(argv) if cgroup else argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self.stderr,
-            pass_fds=(theirs.fileno(),),
-            env={},
-        )
-        theirs.close()
+        try:
+            self.proc = _LAUNCHER.popen(  # bwrap hands the socket on to the zygote
+                cgroup.wrap(argv) if cgroup else argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self.stderr,
+                pass_fds=(theirs.fileno(),),
+                env={},
+            )
+        finally:
+            theirs.close()
         self.sock = ours
         try:
             read_frame(
@@ -290,6 +349,9 @@ class CodeSandbox:
         self._lease: SlotLease | None = None
         self._model: _Zygote | None = None
         self._cgroup: SlotCgroup | None = None
+        # At exit, so that the slot's cgroup directories go too (a SIGKILLed worker
+        # leaves them; the next sandbox on that slot reuses them).
+        atexit.register(self.close)
         self._harness: _Zygote | None = None
 
     def _zygotes(self) -> tuple[SlotLease, _Zygote, _Zygote]:
@@ -399,6 +461,11 @@ class CodeSandbox:
             reply = harness.read(deadline)
             model.send({"op": "finish"})
             model_end = model.read(deadline)
+        except WireTimeout:
+            # The harness has its own deadlines on every call; overrunning them too
+            # is the rollout's timeout (never a pass, and not the sandbox's error).
+            self._reset()
+            return HarnessOutcome([], False, {"ready": True, "killed": "timeout"})
         except (WireError, OSError) as exc:
             self._reset()
             raise SandboxUnavailableError(f"sandbox failed: {exc}") from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import socket
 import struct
 import time
@@ -73,19 +74,51 @@ def send_frame(fd: int, value: Any, *, max_bytes: int, fds: Sequence[int] = ()) 
         view = view[os.write(fd, view) :]
 
 
-def _payload(fd: int, header: bytes, max_bytes: int, deadline: float | None) -> Any:
+def _payload(
+    fd: int, header: bytes, max_bytes: int, deadline: float | None, timed: bool
+) -> Any:
     (size,) = _HEADER.unpack(header)
     if size > max_bytes:
         raise WireError(f"frame of {size} bytes over the bound of {max_bytes}")
+    data = _read_exact(fd, size, deadline)
     try:
-        return decode_plain(_read_exact(fd, size, deadline), max_bytes)
+        if timed and deadline is not None:
+            return _decode_by(data, max_bytes, deadline)
+        return decode_plain(data, max_bytes)
     except PlainDataError as exc:
         raise WireError(f"malformed frame: {exc}") from None
 
 
-def read_frame(fd: int, *, max_bytes: int, deadline: float | None = None) -> Any:
-    """The next frame's value; `WireError` on EOF, oversize or garbage."""
-    return _payload(fd, _read_exact(fd, _HEADER.size, deadline), max_bytes, deadline)
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise WireTimeout("deadline passed while decoding")
+
+
+def _decode_by(data: bytes, max_bytes: int, deadline: float) -> Any:
+    """`decode_plain` stopped at `deadline` by SIGALRM: a hostile value can cost
+    quadratic time to build (dict keys whose hashes all collide), and the decoder
+    builds containers in Python, where the signal's handler gets to run."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise WireTimeout("deadline passed")
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        return decode_plain(data, max_bytes)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def read_frame(
+    fd: int, *, max_bytes: int, deadline: float | None = None, timed: bool = False
+) -> Any:
+    """The next frame's value; `WireError` on EOF, oversize or garbage.
+
+    `timed` (a single-threaded reader's main thread only, the harness): decoding too
+    ends at `deadline`, by SIGALRM.
+    """
+    header = _read_exact(fd, _HEADER.size, deadline)
+    return _payload(fd, header, max_bytes, deadline, timed)
 
 
 def recv_fds_frame(
@@ -98,7 +131,7 @@ def recv_fds_frame(
     if not header:
         raise WireError("channel closed")
     try:
-        return _payload(sock.fileno(), header, max_bytes, None), fds
+        return _payload(sock.fileno(), header, max_bytes, None, False), fds
     except BaseException:
         for fd in fds:
             os.close(fd)

@@ -296,3 +296,18 @@ def test_hack_stop_iteration_does_not_end_the_tests_map_early(sandbox):
     )
     assert verdict.tests_passed == 0
     assert verdict.failure["kind"] == "runtime_error"
+
+
+def test_hack_colliding_dict_keys_cost_a_timeout_not_the_harness(sandbox):
+    # 60,000 int keys with one hash: building that dict takes quadratic time
+    # (minutes). The harness stops decoding at the test's deadline.
+    program = _src("""
+        def add(a, b):
+            m = (1 << 61) - 1
+            return {k * m: 0 for k in range(1, 60_000)}
+    """)
+    verdict = grade_code(_rollout(program, "call"), SUITES["call"], limits=LIMITS,
+                         sandbox=sandbox)  # fmt: skip
+    assert verdict.status is Status.WRONG
+    assert verdict.failure["kind"] == "timeout"
+    assert _honest(sandbox, "call").correct

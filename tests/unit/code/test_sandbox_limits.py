@@ -178,8 +178,8 @@ def test_limits_model_processes_share_their_slots_cgroups(sandbox):
     # Then all of them are in the slot's cpu and pids cgroups
     assert len(seen) == 8
     for cgroups in seen:
-        assert "cpu:/gradefleet-code/slot-" in cgroups.replace(",cpuacct", "")
-        assert "pids:/gradefleet-code/slot-" in cgroups
+        assert "cpu:/gradefleet-code-slot-" in cgroups.replace(",cpuacct", "")
+        assert "pids:/gradefleet-code-slot-" in cgroups
 
 
 def test_limits_output_flood_in_call_mode_is_cut_too(sandbox):
@@ -191,3 +191,16 @@ def test_limits_output_flood_in_call_mode_is_cut_too(sandbox):
     elapsed = time.monotonic() - started
     assert verdict.failure == {"index": 0, "kind": "output_limit"}, verdict
     assert elapsed < 1.0, elapsed  # cut at the cap, not at the deadline
+
+
+def test_limits_zygotes_outlive_the_thread_that_started_them():
+    # bwrap's --die-with-parent follows the starting thread: a pool thread that
+    # ends must not take the zygotes (and the next rollouts) with it.
+    box = CodeSandbox()
+    try:
+        starter = threading.Thread(target=grade, args=(box, GOOD))
+        starter.start()
+        starter.join()
+        assert grade(box, GOOD).correct
+    finally:
+        box.close()

@@ -1,4 +1,4 @@
-"""MBPP's reference programs (HumanEval format, ../shared/data/code) graded in the real
+"""MBPP's reference programs (HumanEval format, tests/data/code) graded in the real
 sandbox: every fifth problem's reference is correct except the known ones below, and
 with its body replaced by `return None` none is.
 
@@ -20,8 +20,7 @@ from workers.code.grade import CodeLimits, grade_code
 from workers.code.sandbox import CodeSandbox
 from workers.models import Status
 
-DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "code"
-MBPP = DATA / "mbpp_sanitized.jsonl"
+MBPP = Path(__file__).resolve().parents[2] / "data" / "code" / "mbpp_sanitized.jsonl"
 KNOWN_NOT_CORRECT = {"MbppEval/56", "MbppEval/737", "MbppEval/787", "MbppEval/794"}
 LIMITS = CodeLimits(time_limit_s=4.0, wall_s=20.0)
 
