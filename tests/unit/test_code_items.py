@@ -239,3 +239,28 @@ def test_the_pool_allows_a_code_item_its_own_budget_not_the_math_deadline() -> N
     # Then the code item is graded (two tests of 0.5 s), not killed at 0.3 s
     assert [v.status for v in verdicts] == [Status.CORRECT, Status.CORRECT]
     assert verdicts[0].kind == "code"
+
+
+def test_code_items_worker_side_never_imports_the_in_sandbox_modules() -> None:
+    # Given a fresh interpreter that imports what a worker uses to grade code
+    # (the kind registry, the item, the grader, the sandbox handle); then the
+    # modules that run model and test code (zygote, runner, harness: they `exec`)
+    # are not loaded in it: they run only inside bwrap.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workers.kinds, workers.code.item, workers.code.grade, "
+        "workers.code.sandbox, workers.embedded.code_items; "
+        "print(sorted(m for m in sys.modules if m in {'workers.code.zygote', "
+        "'workers.code.runner', 'workers.code.harness'}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+        check=True,
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

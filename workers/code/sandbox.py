@@ -40,8 +40,13 @@ from typing import Any, Protocol
 
 from workers.code.cgroup import SlotCgroup
 from workers.code.errors import CodeGraderError
-from workers.code.wire import WireError, WireTimeout, read_frame, send_frame
-from workers.code.zygote import FRAME_BYTES
+from workers.code.wire import (
+    FRAME_BYTES,
+    WireError,
+    WireTimeout,
+    read_frame,
+    send_frame,
+)
 
 __all__ = [
     "UNAVAILABLE",

@@ -22,8 +22,17 @@ from typing import Any
 from workers.code.errors import CodeGraderError, PlainDataError
 from workers.code.plain import decode_plain, encode_plain
 
-__all__ = ["WireError", "WireTimeout", "read_frame", "recv_fds_frame", "send_frame"]
+__all__ = [
+    "FRAME_BYTES",
+    "WireError",
+    "WireTimeout",
+    "read_frame",
+    "recv_fds_frame",
+    "send_frame",
+]
 
+# The bound of one frame between the worker and its zygotes.
+FRAME_BYTES = 64 * 1024 * 1024
 _HEADER = struct.Struct(">I")
 
 

@@ -30,11 +30,16 @@ import time
 from typing import Any
 
 from workers.code import isolate, runner
-from workers.code.wire import WireError, read_frame, recv_fds_frame, send_frame
+from workers.code.wire import (
+    FRAME_BYTES,
+    WireError,
+    read_frame,
+    recv_fds_frame,
+    send_frame,
+)
 
 __all__ = ["main"]
 
-FRAME_BYTES = 64 * 1024 * 1024
 _CHUNK = 64 * 1024
 _STDERR_TAIL = 4096
 _STAGE_FD = 1000  # above every descriptor a child keeps
