@@ -105,9 +105,8 @@ class ModelProxy:
         raise ModelGoneError("non-plain value")
 
 
-def _free_names(source: str) -> set[str]:
+def _free_names(tree: ast.Module) -> set[str]:
     """Names the test reads but never binds (its calls of the model's functions)."""
-    tree = ast.parse(source)
     loaded: set[str] = set()
     bound: set[str] = set()
     for node in ast.walk(tree):
@@ -123,7 +122,7 @@ def _free_names(source: str) -> set[str]:
 
 
 def _test_namespace(
-    source: str, setup_env: dict[str, Any], proxy: ModelProxy, job: dict[str, Any]
+    tree: ast.Module, setup_env: dict[str, Any], proxy: ModelProxy, job: dict[str, Any]
 ) -> dict[str, Any]:
     """The test's globals: the setup's names, a proxy for each name the suite says
     the test reads from the program (a builtin's name too, when the program shadows
@@ -133,7 +132,7 @@ def _test_namespace(
         *job["program_names"],
         *([job["entry_point"]] if job["entry_point"] else []),
     }
-    for name in _free_names(source) - set(env) - named:
+    for name in _free_names(tree) - set(env) - named:
         if name in _STDLIB:
             env[name] = importlib.import_module(name)
         else:
@@ -143,9 +142,9 @@ def _test_namespace(
     return env
 
 
-def _run_assert(source: str, env: dict[str, Any]) -> tuple[bool, str, str]:
+def _run_assert(tree: ast.Module, env: dict[str, Any]) -> tuple[bool, str, str]:
     try:
-        exec(compile(source, "<test>", "exec"), env)
+        exec(compile(tree, "<test>", "exec"), env)
     except AssertionError:
         return False, "wrong_answer", "assertion failed"
     except ModelGoneError:
@@ -189,9 +188,10 @@ def run_harness(job: dict[str, Any], fd_to: int, fd_from: int) -> dict[str, Any]
         proxy.deadline = time.monotonic() + job["time_limit_s"] + slack
         proxy.failure = None
         if job["mode"] == "assert":
-            source = job["asserts"][index]
-            env = _test_namespace(source, setup_env, proxy, job)
-            passed, kind, detail = _run_assert(source, env)
+            # Parsed once: for its free names, then compiled from the tree.
+            tree = ast.parse(job["asserts"][index])
+            env = _test_namespace(tree, setup_env, proxy, job)
+            passed, kind, detail = _run_assert(tree, env)
         else:
             passed, kind, detail = _run_call(proxy, job, index)
         if proxy.failure is not None:  # a call failed, whatever the test made of it

@@ -345,6 +345,7 @@ def main(sock_fd: int, role: str, harness_uid: int = 0) -> None:
             file_size_bytes=0,
         )
         isolate.drop_privileges(harness_uid, limits)
+    isolate.prepare()
     # Every child is a copy of this process: keep the collector away from the
     # objects imported so far, or its first full pass in a child writes to (and so
     # copies) every page of them (gc.freeze, as prefork servers do).
