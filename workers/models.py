@@ -385,11 +385,14 @@ LOAD_DEPENDENT_FAILURES = frozenset({"timeout", "memory"})
 def is_final(verdict: Verdict) -> bool:
     """Whether a later run may take `verdict` as it is (the cache, `--resume`): a
     status that depends on neither load nor our bugs, from a named grader version;
-    for a code verdict, also no first failure that depends on load."""
+    for a code verdict, also no failure that depends on load (the first, or a later
+    one that `failure["later"]` names)."""
     if verdict.status in TRANSIENT_STATUSES or not verdict.grader_version:
         return False
-    failure = verdict.failure
-    return failure is None or failure.get("kind") not in LOAD_DEPENDENT_FAILURES
+    failure = verdict.failure or {}
+    return not LOAD_DEPENDENT_FAILURES.intersection(
+        (failure.get("kind"), failure.get("later"))
+    )
 
 
 def ungraded_verdict(status: Status, reason: str, grader_version: str = "") -> Verdict:

@@ -119,6 +119,21 @@ def test_load_dependent_code_verdicts_are_not_final() -> None:
     assert is_final(grade_code_item(WRONG, encode_code_gold(MBPP)))
 
 
+def test_a_later_timeout_behind_a_wrong_answer_is_not_final() -> None:
+    # The first test fails on its answer, the second runs out of time: the verdict
+    # shows the first failure, and says that a later one depended on load.
+    late = (
+        "```python\nimport time\ndef add(a, b):\n"
+        "    if a == 1:\n        return 0\n    time.sleep(30)\n```"
+    )
+    verdict = grade_code_item(late, encode_code_gold({**MBPP, "time_limit": 1}))
+    assert verdict.failure is not None
+    assert verdict.failure["kind"] == "wrong_answer"
+    assert verdict.failure["later"] == "timeout"
+    assert verdict.tests_passed == 0
+    assert not is_final(verdict)
+
+
 def _code_grader(cache: SqliteResultCache, version: str = "") -> CodeItemGrader:
     return CodeItemGrader(cache, NullObserver(), version=version)
 

@@ -5,8 +5,9 @@ The verdict is `correct` only when every test has a passing result recorded here
 by the harness and the number of results equals the number of tests; otherwise it is
 `wrong`, with `tests_passed`, `tests_total`, `score` (the fraction passed) and the first
 failure (`index`, `kind`: wrong_answer, runtime_error (+ `exception`), timeout, memory,
-output_limit). Tests that cannot be read give `invalid_gold`, a response without code
-`no_answer`, and a sandbox that fails or cannot run `error`: never a pass.
+output_limit; `later`: timeout or memory when a later test failed so). Tests that
+cannot be read give `invalid_gold`, a response without code `no_answer`, and a sandbox
+that fails or cannot run `error`: never a pass.
 
 A program that exceeds its time limit on one test gets no further test run (they
 count as failed): a hostile rollout then costs one test's deadline, not one per test.
@@ -38,7 +39,12 @@ from workers.code.sandbox import (
 )
 from workers.code.suite import StdioCase, TestSuite, parse_suite
 from workers.code.version import CODE_GRADER_VERSION
-from workers.models import Status, Verdict, ungraded_verdict
+from workers.models import (
+    LOAD_DEPENDENT_FAILURES,
+    Status,
+    Verdict,
+    ungraded_verdict,
+)
 
 __all__ = ["CodeLimits", "configure_default_sandbox", "default_sandbox", "grade_code"]
 
@@ -114,7 +120,14 @@ class _Tally:
     def add(self, passed: bool, kind: str, detail: str = "") -> None:
         if passed is True:
             self.passed += 1
-        elif self.failure is None:
+        elif self.failure is not None:
+            # Only the first failure is shown, but a later test that ran out of time
+            # or memory makes the score depend on the machine's load: said, so that
+            # the verdict is never cached (`models.is_final`).
+            first = self.failure["kind"]
+            if kind in LOAD_DEPENDENT_FAILURES and first not in LOAD_DEPENDENT_FAILURES:
+                self.failure.setdefault("later", kind)
+        else:
             self.failure = {"index": self.seen, "kind": kind or "runtime_error"}
             if detail:
                 key = "exception" if kind == "runtime_error" else "detail"

@@ -11,5 +11,6 @@ import sys
 
 __all__ = ["CODE_GRADER_VERSION"]
 
-_REVISION = "code-r1"
+# r2: `failure["later"]` names a later test's timeout or memory failure (not cached).
+_REVISION = "code-r2"
 CODE_GRADER_VERSION = f"{_REVISION}+py{sys.version_info.major}.{sys.version_info.minor}"
