@@ -93,6 +93,11 @@ class RlimitSet:
             (resource.RLIMIT_MEMLOCK, 0),
             (resource.RLIMIT_MSGQUEUE, 0),
         ):
+            # Never above an inherited hard limit (raising one needs a capability
+            # the sandbox has dropped): the tighter of the two, soft = hard.
+            _, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
             resource.setrlimit(which, (value, value))
 
 

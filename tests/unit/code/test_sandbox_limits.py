@@ -204,3 +204,36 @@ def test_limits_zygotes_outlive_the_thread_that_started_them():
         assert grade(box, GOOD).correct
     finally:
         box.close()
+
+
+def test_limits_under_a_lower_inherited_hard_limit_still_grade():
+    # A worker started under `ulimit -Hv` (hard RLIMIT_AS) below the harness's own
+    # 2 GB: the sandbox takes the tighter limit instead of failing to start.
+    hard_bytes = 1536 << 20
+    script = f"""
+import json, resource, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
+resource.setrlimit(resource.RLIMIT_AS, ({hard_bytes}, {hard_bytes}))
+from workers.code.grade import CodeLimits, grade_code
+from workers.code.sandbox import CodeSandbox
+from workers.code.suite import AssertCase, TestSuite
+suite = TestSuite(mode="assert", asserts=(AssertCase(source="assert f(2) == 4"),),
+                  entry_point="f", program_names=("f",))
+box = CodeSandbox(slot_prefix="gradefleet-test-hard-as")
+try:
+    limits = CodeLimits(memory_bytes=512 << 20)
+    verdicts = [grade_code(r, suite, limits=limits, sandbox=box)
+                for r in ("def f(x):\\n    return 2 * x", "def f(x):\\n    return x")]
+finally:
+    box.close()
+print(json.dumps([[v.status.value, v.reason] for v in verdicts]))
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    statuses = json.loads(done.stdout.splitlines()[-1])
+    assert [s for s, _ in statuses] == ["correct", "wrong"], statuses
