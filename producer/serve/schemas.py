@@ -180,7 +180,10 @@ class GradeResult(BaseModel):
     reason: str
     grader_version: str
     cached: bool
-    score: float = Field(description="The reward (a code item's: 1 when all passed).")
+    score: float = Field(
+        description="The reward (a code item's: 1 when all passed, or the fraction "
+        "passed with GRADEFLEET_CODE_PARTIAL_CREDIT=1)."
+    )
     kind: str = Field(default="math", description="`code` for a code item.")
     tests_passed: int | None = Field(default=None, description="code items only")
     tests_total: int | None = Field(default=None, description="code items only")

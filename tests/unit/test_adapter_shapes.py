@@ -40,6 +40,21 @@ def test_reward_overrides_and_format_bonus() -> None:
     assert from_env.score(_verdict(Status.TIMEOUT, format_valid=False)) == -0.5
 
 
+def test_code_partial_credit_scores_the_fraction_between_wrong_and_correct() -> None:
+    code = _verdict(Status.WRONG, format_valid=False).replace(
+        kind="code", score=0.75, tests_passed=3, tests_total=4
+    )
+    assert RewardConfig().score(code) == 0.0  # all-or-nothing by default
+    partial = RewardConfig.from_env({"GRADEFLEET_CODE_PARTIAL_CREDIT": "1"})
+    assert partial.score(code) == 0.75
+    assert partial.updated({"wrong_score": -1}).score(code) == 0.5
+    # an unrun rollout and a math verdict keep their status scores
+    error = code.replace(status=Status.ERROR, tests_passed=0, tests_total=0)
+    assert partial.score(error) == 0.0
+    assert partial.score(_verdict(Status.WRONG, format_valid=False)) == 0.0
+    assert not RewardConfig().updated({"code_partial_credit": "no"}).code_partial_credit
+
+
 def test_result_keys_are_fixed_whatever_the_verdict() -> None:
     for status in Status:
         result = result_dict(_verdict(status), RewardConfig())
