@@ -327,7 +327,13 @@ def _cpu_s(pids: Sequence[int]) -> float:
     """User+system CPU seconds of these processes and their descendants, read from
     /proc: a worker's sandbox child does the grading, and a child it recycled (every
     RECYCLE_AFTER_ITEMS) is in its parent's reaped-children times."""
-    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU seconds)
+    stats = _process_table()
+    return sum(stats[pid][1] for pid in process_tree(pids, stats))
+
+
+def _process_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds of it and its reaped children), from /proc."""
+    stats: dict[int, tuple[int, float]] = {}
     tick_s = 1 / os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -339,16 +345,25 @@ def _cpu_s(pids: Sequence[int]) -> float:
                 int(fields[1]),
                 sum(int(value) for value in fields[11:15]) * tick_s,
             )
+    return stats
+
+
+def process_tree(
+    pids: Sequence[int], stats: dict[int, tuple[int, float]] | None = None
+) -> list[int]:
+    """These processes and all their descendants that are alive (`stats`: a
+    `_process_table` already read)."""
+    stats = _process_table() if stats is None else stats
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in stats.items():
         children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, list(pids)
+    found, todo = [], list(pids)
     while todo:
         pid = todo.pop()
         if pid in stats:
-            total += stats[pid][1]
+            found.append(pid)
         todo += children.get(pid, [])
-    return total
+    return found
 
 
 def _machine_ticks() -> tuple[int, int]:
@@ -403,42 +418,48 @@ def scaling(
                 _scaling_run(bench, rollouts, batch_size, pool, producers)
                 for _ in range(rounds)
             ]
-            runs.sort(key=lambda run: run[0])
-            seconds, (producer_s, redis_s, workers_s, busy) = runs[len(runs) // 2]
-            rate = n / seconds
+            rate = print_scaling_row(count, runs, n, base_rate)
             base_rate = base_rate or rate
-            print(
-                scaling_row(count, rate, base_rate, [run[0] for run in runs])
-                + f")  CPU/rollout: producers {1e6 * producer_s / n:5.1f}  redis "
-                f"{1e6 * redis_s / n:5.1f}  workers {1e6 * workers_s / n:6.1f}"
-                f"  (producers busy {producer_s / seconds:.0%} of a core, redis "
-                f"{redis_s / seconds:.0%}; all CPUs {busy:.0%} busy)",
-                flush=True,
-            )
     finally:
         if pool is not None:
             pool.terminate()
 
 
-def _scaling_run(
-    bench: Bench,
-    rollouts: list[Rollout],
-    batch_size: int | None,
-    pool: Any,
-    producers: int,
-) -> tuple[float, list[float]]:
-    """(seconds, [producer, redis, worker CPU seconds]) of one cold run."""
+def print_scaling_row(
+    count: int,
+    runs: list[tuple[float, list[float]]],
+    n: int,
+    first_rate: float | None,
+    unit: str = "us",
+) -> float:
+    """Print a scaling table's row for `count` workers from its `runs` (each
+    `measured_run`'s figures for `n` rollouts): the median run's rollouts/s, its ratio
+    to `first_rate` (None: this is the first row), every wall, and where the CPU went
+    per rollout, in `unit` ("us" or "ms"). Returns the median run's rollouts/s."""
+    ordered = sorted(runs, key=lambda run: run[0])
+    seconds, (producer_s, redis_s, workers_s, busy) = ordered[len(ordered) // 2]
+    rate = n / seconds
+    scale = 1e6 if unit == "us" else 1e3
+    print(
+        scaling_row(count, rate, first_rate or rate, [run[0] for run in ordered])
+        + f")  CPU/rollout ({unit}): producers {scale * producer_s / n:5.1f}  redis "
+        f"{scale * redis_s / n:5.1f}  workers {scale * workers_s / n:6.1f}"
+        f"  (producers busy {producer_s / seconds:.0%} of a core, redis "
+        f"{redis_s / seconds:.0%}; all CPUs {busy:.0%} busy)",
+        flush=True,
+    )
+    return rate
+
+
+def measured_run(bench: Bench, grade: Callable[[], float]) -> tuple[float, list[float]]:
+    """(seconds, [producer, redis, worker CPU seconds, share of all CPUs busy]) of
+    one cold run (the cache flushed first); `grade` grades and returns the CPU
+    seconds the producers spent."""
     worker_pids = [worker.proc.pid for worker in bench.workers]
     bench.flush_cache()
     before = (_redis_cpu_s(bench.redis.url), _cpu_s(worker_pids), *_machine_ticks())
     started = time.perf_counter()
-    if pool is None:
-        producer_before = _producer_cpu_s()
-        bench.grade(rollouts, batch_size)
-        producer_s = _producer_cpu_s() - producer_before
-    else:
-        shares = [(k, producers) for k in range(producers)]
-        producer_s = sum(pool.map(_producer_grade, shares, chunksize=1))
+    producer_s = grade()
     seconds = time.perf_counter() - started
     after = (_redis_cpu_s(bench.redis.url), _cpu_s(worker_pids), *_machine_ticks())
     machine_busy = (after[2] - before[2]) / max(1, after[3] - before[3])
@@ -448,6 +469,27 @@ def _scaling_run(
         after[1] - before[1],
         machine_busy,
     ]
+
+
+def _scaling_run(
+    bench: Bench,
+    rollouts: list[Rollout],
+    batch_size: int | None,
+    pool: Any,
+    producers: int,
+) -> tuple[float, list[float]]:
+    """`measured_run` of one cold run of `rollouts`: one client, or a share each in
+    the `pool`'s producer processes."""
+
+    def grade() -> float:
+        if pool is None:
+            producer_before = _producer_cpu_s()
+            bench.grade(rollouts, batch_size)
+            return _producer_cpu_s() - producer_before
+        shares = [(k, producers) for k in range(producers)]
+        return float(sum(pool.map(_producer_grade, shares, chunksize=1)))
+
+    return measured_run(bench, grade)
 
 
 _PRODUCER: dict[str, Any] = {}
