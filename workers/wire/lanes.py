@@ -75,6 +75,9 @@ QUEUES: Final[dict[tuple[Lane, Kind], str]] = {
 }
 # Each lane's math queue (what `gradefleet status` and the metrics showed before).
 LANE_QUEUES: Final[dict[Lane, str]] = {lane: QUEUES[(lane, MATH)] for lane in LANES}
+_LANE_AND_KIND: Final[dict[str, tuple[Lane, Kind]]] = {
+    q: lk for lk, q in QUEUES.items()
+}
 # A generous bound: one bulk batch in 17 still moves a sweep along under a flood of
 # interactive work, yet one RL step (32 batches over at least 2 nodes) rarely lets a
 # bulk batch in ahead of its own.
@@ -119,18 +122,14 @@ def queues_for(lanes: Iterable[Lane], kinds: Iterable[Kind]) -> list[str]:
 
 def lane_of_queue(queue: str) -> Lane | None:
     """The lane a queue belongs to, or None for a queue of no lane."""
-    for (lane, _kind), name in QUEUES.items():
-        if name == queue:
-            return lane
-    return None
+    found = _LANE_AND_KIND.get(queue)
+    return None if found is None else found[0]
 
 
 def kind_of_queue(queue: str) -> Kind | None:
     """The kind of the batches a queue holds, or None for a queue of no lane."""
-    for (_lane, kind), name in QUEUES.items():
-        if name == queue:
-            return kind
-    return None
+    found = _LANE_AND_KIND.get(queue)
+    return None if found is None else found[1]
 
 
 class LaneCycle:
@@ -154,10 +153,10 @@ class LaneCycle:
             self.update(it)
 
     def _rank(self, queue: str) -> tuple[int, int]:
-        lane, kind = lane_of_queue(queue), kind_of_queue(queue)
-        if lane is None or kind is None:
+        found = _LANE_AND_KIND.get(queue)
+        if found is None:
             return len(LANES), 0
-        return LANES.index(lane), self._kinds.index(kind)
+        return LANES.index(found[0]), self._kinds.index(found[1])
 
     def update(self, it: Iterable[str]) -> None:
         # Stable sort: queues of no lane keep their given order, after the lanes.
@@ -176,8 +175,9 @@ class LaneCycle:
         else:
             self.taken_since_bulk += 1
         kind = kind_of_queue(last_used)
-        if kind is not None and len(self.items) > 1:
-            # The other kinds of each lane go first next time.
+        if kind is not None and kind != self._kinds[-1]:
+            # The other kinds of each lane go first next time (a node of one kind
+            # never gets here after its first take).
             self._kinds.remove(kind)
             self._kinds.append(kind)
             self.items.sort(key=self._rank)
