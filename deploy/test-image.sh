@@ -12,13 +12,15 @@
 #      from the host (cold start: container start -> first batch graded), then
 #      examples/sample.jsonl; verdicts compared with embedded mode (without `cached`).
 #   5. The worker's metrics endpoint scraped, its HEALTHCHECK run, no zombie processes.
-#   5b. Code rollouts (examples/code_sample.jsonl: honest rows and hacks): the locked-down
-#      worker answers every code row `error` with the reason; a code worker container
-#      with the sandbox's rights (its own pool: root in the container, capabilities
-#      SYS_ADMIN SETUID SETGID SETPCAP KILL NET_ADMIN, the default seccomp profile)
-#      grades them with verdicts identical to embedded mode on the host.
+#   5b. Code rollouts (examples/code_sample.jsonl: honest rows and hacks): in the locked-down
+#      image a worker would take math only (it cannot run the sandbox); a code worker
+#      container started as the compose file's code-worker (`--kinds code`, root in the
+#      container, capabilities SYS_ADMIN SETUID SETGID SETPCAP KILL NET_ADMIN, the default
+#      seccomp profile) on the math worker's broker grades every code row, with verdicts
+#      identical to embedded mode on the host; the math worker grades none.
 #   6. A `gradefleet serve` container: graded through POST /v1/grade (verdicts as
-#      embedded mode), its HEALTHCHECK (/readyz), SIGTERM -> exit 0.
+#      embedded mode), its HEALTHCHECK (/readyz, which says no live worker takes code),
+#      SIGTERM -> exit 0.
 #   7. podman stop (SIGTERM): the worker must exit 0 before the stop timeout, idle and
 #      in the middle of a job, which a replacement worker then completes (verdicts
 #      identical to embedded mode, nothing left unacknowledged).
@@ -296,78 +298,95 @@ assert not zombies, f"zombies: {zombies}"
 print(f"PID 1 tini, {len(procs)} processes, no zombies")' || die "process check"
 
 # --- 5b. code rollouts ---------------------------------------------------------------------
-log "code rollouts: the locked-down worker answers error with the reason"
-gf grade examples/code_sample.jsonl -o "$WORK/code.locked.jsonl" --broker "$BROKER" --quiet \
-    --deadline-s 120 || { worker_logs; die "code rows through the locked-down worker"; }
-python3 - "$WORK/code.locked.jsonl" <<'EOF' || die "locked-down worker and code rows"
-import json
-import sys
+log "code rollouts: the locked-down image cannot run the sandbox, so a worker there takes math"
+decided=$("${PODMAN[@]}" run --rm "${NO_TIMER[@]}" --network none --entrypoint /opt/gradefleet/bin/python "$IMAGE" -c '
+from workers.__main__ import decide_kinds
+from workers.fleet.settings import WorkerSettings
+settings, notice = decide_kinds(WorkerSettings())
+print(",".join(settings.kinds or ()), notice)' 2>>"$WORK/podman.err") || die "kinds decision in the image"
+echo "$decided"
+case "$decided" in "math gradefleet worker: grading math only (code sandbox unavailable: not root"*) ;;
+    *) die "a locked-down worker does not default to math only: $decided" ;; esac
 
-rows = [json.loads(line) for line in open(sys.argv[1])]
-code = [r for r in rows if r.get("kind") == "code"]
-other = [r for r in rows if r.get("kind", "math") != "code"]
-assert code, "no code rows"
-bad = [r for r in code if r["status"] != "error" or "root" not in r["reason"]]
-assert not bad, f"not a clear error: {bad[0]}"
-assert all(r["status"] != "error" for r in other), other
-print(f"{len(code)} code rows error ({code[0]['reason']}); {len(other)} math graded")
-EOF
-
-log "code worker container: its own pool, with the sandbox's rights"
-CODE_BROKER="redis://127.0.0.1:$REDIS_PORT/1"
+log "code worker container: its own pool on the same broker, with the sandbox's rights"
 CODE_METRICS_PORT=$(free_port)
 KEY_IN=/run/secrets/gradefleet-signing-key  # a hack reads it: the sandbox must not see it
 python3 -c 'import secrets; print(secrets.token_hex(32))' >"$WORK/key"
-# What deploy/k8s/components/code-workers grants: root in the container (in its own
-# user namespace on Kubernetes), these capabilities only, the default seccomp profile.
-CODE_RIGHTS=(--user 0 --cap-drop ALL --cap-add SYS_ADMIN,SETUID,SETGID,SETPCAP,KILL,NET_ADMIN
-    --read-only --security-opt no-new-privileges)
-# The worker command with a port of its own (the flag overrides the variable).
-CODE_CMD=("${WORKER_CMD[@]}")
-for i in "${!CODE_CMD[@]}"; do
-    [ "${CODE_CMD[$i]}" = --metrics-port ] && CODE_CMD[i + 1]=$CODE_METRICS_PORT
-done
+# The code-worker service of the compose file (one source): its command, with a free
+# metrics port, and its rights: root in the container (in its own user namespace on
+# Kubernetes, deploy/k8s/components/code-workers), these capabilities only, no new
+# privileges, a read-only root, the default seccomp profile.
+mapfile -t CODE_SPEC < <(python3 - "$CODE_METRICS_PORT" <<'EOF'
+import sys
+
+import yaml
+
+service = yaml.safe_load(open("deploy/docker-compose.yml"))["services"]["code-worker"]
+cmd = [str(arg) for arg in service["command"]]
+cmd[cmd.index("--metrics-port") + 1] = sys.argv[1]
+print(",".join(service["cap_add"]))
+print(*cmd, sep="\n")
+EOF
+)
+CODE_CAPS=${CODE_SPEC[0]}
+CODE_CMD=("${CODE_SPEC[@]:1}")
+echo "command: ${CODE_CMD[*]} (capabilities $CODE_CAPS)"
+CODE_RIGHTS=(--user 0 --cap-drop ALL --cap-add "$CODE_CAPS" --read-only --security-opt no-new-privileges)
+# The math worker of section 4 is still running on $BROKER with the compose file's
+# `--kinds math`: the code worker joins the same broker and takes the code queues. The
+# fleet key file is mounted where the compose file mounts it (a hack tries to read it:
+# the sandbox must not see it), but not named: the math worker and this script's
+# producer hold no key, and keyed and unkeyed nodes do not accept each other's work.
 code_t0=$(now)
 "${PODMAN[@]}" run -d "${NO_TIMER[@]}" --name "$RUN_ID-code" --label "$TEST_LABEL" --network host \
     "${CODE_RIGHTS[@]}" -v "$WORK/key:$KEY_IN:ro" \
-    -e GRADEFLEET_BROKER_URL="$CODE_BROKER" -e GRADEFLEET_CACHE_URL=none \
-    -e GRADEFLEET_SIGNING_KEY_FILE="$KEY_IN" -e GRADEFLEET_METRICS_DIR=/tmp/gradefleet-metrics \
-    -e GRADEFLEET_METRICS_PORT="$CODE_METRICS_PORT" -e GRADEFLEET_METRICS_ADDR=127.0.0.1 \
+    -e GRADEFLEET_BROKER_URL="$BROKER" -e GRADEFLEET_CACHE_URL=none \
+    -e GRADEFLEET_METRICS_DIR=/tmp/gradefleet-metrics \
+    -e GRADEFLEET_METRICS_ADDR=127.0.0.1 \
     "$IMAGE" "${CODE_CMD[@]}" --hostname "$RUN_ID-code@%h" >/dev/null 2>>"$WORK/podman.err" \
     || { cat "$WORK/podman.err"; die "code worker container did not start"; }
 code_logs() { "${PODMAN[@]}" logs "$RUN_ID-code" 2>&1 | tail -40; }
-GRADEFLEET_SIGNING_KEY_FILE="$WORK/key" gf grade examples/code_sample.jsonl \
-    -o "$WORK/code.fleet.jsonl" --broker "$CODE_BROKER" --quiet --deadline-s 180 \
-    || { code_logs; die "code grading in the container failed"; }
+gf grade examples/code_sample.jsonl \
+    -o "$WORK/code.fleet.jsonl" --broker "$BROKER" --quiet --deadline-s 180 \
+    || { code_logs; worker_logs; die "code grading on the fleet failed"; }
 CODE_S=$(elapsed "$code_t0" "$(now)")
 gf grade examples/code_sample.jsonl -o "$WORK/code.embedded.jsonl" --no-cache --quiet \
     || die "embedded code grading failed"
 compare "$WORK/code.fleet.jsonl" "$WORK/code.embedded.jsonl" \
-    || die "code verdicts in the container differ from embedded mode"
-python3 - "$WORK/code.fleet.jsonl" "$CODE_METRICS_PORT" <<'EOF' || { code_logs; die "code verdicts or metrics"; }
+    || die "code verdicts on the fleet differ from embedded mode"
+python3 - "$WORK/code.fleet.jsonl" "$CODE_METRICS_PORT" "$METRICS_PORT" <<'EOF' || { code_logs; die "code verdicts or metrics"; }
 import json
 import sys
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+
+def scrape(port):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text.decode())
+        for s in fam.samples
+    }
+
+
 rows = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
 for rid, row in rows.items():
     want = not rid.startswith(("hack-", "stdio-wrong"))
     assert row["correct"] is want, f"{rid}: {row['status']} {row.get('reason')}"
     print(f"  {rid:26} {row['status']:8} {row.get('reason', '')}")
-text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[2]}/metrics", timeout=10).read()
-samples = {
-    (s.name, tuple(sorted(s.labels.items()))): s.value
-    for fam in text_string_to_metric_families(text.decode())
-    for s in fam.samples
-}
-code = samples[("gradefleet_kind_rollouts_graded_total", (("kind", "code"),))]
-starts = samples[("gradefleet_code_sandbox_starts_total", (("role", "model"),))]
-timeouts = samples[("gradefleet_code_failures_total", (("failure", "timeout"),))]
+kind = "gradefleet_kind_rollouts_graded_total"
+code_node, math_node = scrape(sys.argv[2]), scrape(sys.argv[3])
+code = code_node[(kind, (("kind", "code"),))]
+starts = code_node[("gradefleet_code_sandbox_starts_total", (("role", "model"),))]
+timeouts = code_node[("gradefleet_code_failures_total", (("failure", "timeout"),))]
 assert code == sum(r.get("kind") == "code" for r in rows.values()), code
 assert starts >= 1 and timeouts >= 1, (starts, timeouts)
-print(f"scraped: {code:.0f} code rollouts, {starts:.0f} model sandbox starts, {timeouts:.0f} timeout")
+# Every code rollout went to the code worker: the locked-down one graded none.
+assert math_node[(kind, (("kind", "code"),))] == 0, "code graded on the math worker"
+print(f"scraped: {code:.0f} code rollouts on the code worker (0 on the math worker), "
+      f"{starts:.0f} model sandbox starts, {timeouts:.0f} timeout")
 EOF
 "${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-code" >/dev/null 2>>"$WORK/podman.err"
 rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-code")
@@ -398,12 +417,15 @@ while True:
     try:
         with urllib.request.urlopen(f"{base}/readyz", timeout=2) as r:
             if r.status == 200:
+                ready = json.load(r)
                 break
     except OSError:
         pass
     if time.monotonic() > deadline:
         sys.exit("serve never became ready")
     time.sleep(0.2)
+# Only the math worker is alive now (the code worker was stopped).
+assert ready["code"]["ready"] is False, ready
 items = [{"response": row["response"], "gold": row["gold"]} for row in embedded]
 request = urllib.request.Request(
     f"{base}/v1/grade",
@@ -485,16 +507,16 @@ PY
 "${PODMAN[@]}" stop -t "$STOP_TIMEOUT_S" "$RUN_ID-worker" >/dev/null 2>>"$WORK/podman.err"
 rc=$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$RUN_ID-worker")
 [ "$rc" = 0 ] || { worker_logs; die "worker exited $rc after SIGTERM mid-job"; }
-# Batches still queued, every lane (gradefleet grade sends to the bulk lane).
+# Batches still queued, every queue (gradefleet grade sends to the bulk lane).
 left=$(PYTHONPATH="$ROOT" python3 -c '
 import sys
 
 import redis
 
-from workers.wire.lanes import LANE_QUEUES
+from workers.wire.lanes import QUEUES
 
 r = redis.Redis(port=int(sys.argv[1]))
-print(sum(r.llen(q) for q in LANE_QUEUES.values()))' "$REDIS_PORT")
+print(sum(r.llen(q) for q in QUEUES.values()))' "$REDIS_PORT")
 unacked=$(redis-cli -p "$REDIS_PORT" hlen unacked)
 echo "worker: SIGTERM mid-job -> exit 0; $left batches still queued, $unacked unacked"
 [ "$unacked" = 0 ] || die "the stopped worker left $unacked batches unacknowledged (they would wait for the visibility timeout)"

@@ -6,14 +6,21 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from workers.fleet.settings import WorkerSettings
 from workers.wire.urls import connect_url, is_loopback_url, read_secret, redact_url
 
-__all__ = ["build_parser", "main", "settings_from_args", "unkeyed_notice"]
+__all__ = [
+    "build_parser",
+    "decide_kinds",
+    "main",
+    "settings_from_args",
+    "unkeyed_notice",
+    "worker_argv",
+]
 
 _OPTION_FIELDS = {
     "broker": "broker_url",
@@ -25,6 +32,7 @@ _OPTION_FIELDS = {
     "loglevel": "loglevel",
     "hostname": "hostname",
     "lanes": "lanes",
+    "kinds": "kinds",
 }
 
 
@@ -58,17 +66,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="lanes to consume, e.g. interactive (default interactive,bulk: "
         "interactive first) [GRADEFLEET_LANES]",
     )
+    add(
+        "--kinds",
+        type=_kinds,
+        help="rollout kinds whose queues to consume: math, code or math,code "
+        "(default: both where this machine can run the code sandbox, else math) "
+        "[GRADEFLEET_KINDS]",
+    )
     return parser
 
 
 def _lanes(text: str) -> tuple[str, ...]:
-    from workers.errors import ConfigError
     from workers.fleet.settings import parse_lanes
 
+    return _option(parse_lanes, text)
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    from workers.fleet.settings import parse_kinds
+
+    return _option(parse_kinds, text)
+
+
+def _option(parse: Callable[[str], tuple[str, ...]], text: str) -> tuple[str, ...]:
+    from workers.errors import ConfigError
+
     try:
-        return parse_lanes(text)
+        names = parse(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one")
+    return names
 
 
 def settings_from_args(
@@ -96,26 +125,70 @@ def _setup_metrics(settings: WorkerSettings) -> None:
     # metric exists, which prepare_multiprocess_dir() does.
     from workers.fleet.metrics import prepare_multiprocess_dir, start_metrics_server
     from workers.wire.connections import redis_client
-    from workers.wire.lanes import LANE_QUEUES
+    from workers.wire.lanes import QUEUES
 
     path = settings.metrics_dir or tempfile.mkdtemp(prefix="gradefleet-metrics-")
     prepare_multiprocess_dir(Path(path))
     if settings.metrics_port:
         client = redis_client(settings.broker_url, socket_timeout=2)
-        # Every lane's depth, whichever lanes this node consumes.
+        # Every queue's depth, whichever lanes and kinds this node consumes.
         start_metrics_server(
             settings.metrics_port,
             addr=settings.metrics_addr,
             redis_client=client,
-            queues=list(LANE_QUEUES.values()),
+            queues=list(QUEUES.values()),
         )
 
 
-def worker_argv(settings: WorkerSettings) -> list[str]:
-    """Arguments for `Celery.worker_main`."""
-    from workers.wire.lanes import queue_for
+def decide_kinds(
+    settings: WorkerSettings,
+    check: Callable[..., tuple[bool, str]] | None = None,
+) -> tuple[WorkerSettings, str | None]:
+    """The settings with the kinds this node consumes decided, and what it says
+    about them at start (None: nothing to say).
 
-    queues = ",".join(queue_for(lane) for lane in settings.lanes)
+    Unset kinds are both where the code sandbox runs here (`check`, by default
+    `workers.kinds.code_sandbox_check`), else math only: a node that cannot run it
+    leaves code rollouts queued for one that can, rather than answer them `error`.
+    Kinds given with code are kept as given, with a WARNING when the sandbox does
+    not run (its code rollouts are then `error`, and the sandbox alert fires).
+    """
+    from workers.wire.lanes import CODE, KINDS, MATH
+
+    if settings.kinds is not None and CODE not in settings.kinds:
+        return settings, None
+    if check is None:
+        from workers.kinds import code_sandbox_check
+
+        check = code_sandbox_check
+    runs, why = check(uid_base=settings.code_uid_base)
+    if settings.kinds is not None:
+        if runs:
+            return settings, None
+        return settings, (
+            f"gradefleet worker: WARNING: --kinds includes code but {why}: every "
+            "code rollout this node takes is answered `error`"
+        )
+    if runs:
+        return settings.replace(kinds=KINDS), None
+    return settings.replace(kinds=(MATH,)), (
+        f"gradefleet worker: grading math only ({why}); code rollouts wait in "
+        "their queues for a node that runs the sandbox (--kinds / GRADEFLEET_KINDS "
+        "to choose)"
+    )
+
+
+def worker_argv(settings: WorkerSettings) -> list[str]:
+    """Arguments for `Celery.worker_main` (kinds decided: `decide_kinds`).
+
+    Raises:
+        ValueError: `settings.kinds` is not decided.
+    """
+    from workers.wire.lanes import queues_for
+
+    if settings.kinds is None:
+        raise ValueError("the kinds of this node are not decided (decide_kinds)")
+    queues = ",".join(queues_for(settings.lanes, settings.kinds))
     argv = ["worker", "--pool=prefork", f"--concurrency={settings.concurrency}"]
     argv += [f"--loglevel={settings.loglevel}", f"--queues={queues}"]
     # Gossip and mingle only slow start-up; nothing here relies on them.
@@ -151,9 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse options, build settings (the worker's only env read), run the worker."""
     args = build_parser().parse_args(argv)
     settings = settings_from_args(args, os.environ)
-    notice = unkeyed_notice(settings)
-    if notice is not None:
-        print(notice, file=sys.stderr)
+    settings, kinds_notice = decide_kinds(settings)
+    for notice in (unkeyed_notice(settings), kinds_notice):
+        if notice is not None:
+            print(notice, file=sys.stderr)
     _setup_metrics(settings)
     from celery.signals import worker_init
 

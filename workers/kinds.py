@@ -14,6 +14,11 @@ The per-item path of the math kind (the sandbox child's prepare then decide, inl
 grading in a pool process, a failure verdict that keeps the extraction) calls the
 verifier's two steps directly: they are the math kind's own split, not every kind's.
 
+Whether this machine can run the code kind's grader at all (root, bubblewrap, and
+a program of ours graded in a fresh sandbox) is `code_sandbox_check`: a worker asks
+it at start to choose the queues it consumes (`workers.__main__`), the HTTP service
+for its `/readyz` (`producer.serve.code_probe`).
+
 Adding a kind: build a `KindGrader` (its name, its version, its whole-item grade
 function: text in, `Verdict` out, never an exception for a wrong answer) in the
 grader's own package and `register` it here, below the sandbox and the caches.
@@ -21,6 +26,9 @@ grader's own package and `register` it here, below the sandbox and the caches.
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +42,7 @@ __all__ = [
     "CODE_KIND",
     "DEFAULT_KIND",
     "KindGrader",
+    "code_sandbox_check",
     "grader_for",
     "kind_of",
     "kinds",
@@ -90,6 +99,39 @@ def kind_of(gold: str) -> str:
 def kinds() -> list[str]:
     """The registered kinds, sorted."""
     return sorted(_GRADERS)
+
+
+_PROBE_PROGRAM = "```python\nprint(int(input()) + 1)\n```"
+_PROBE_TESTS = {"tests": {"inputs": ["41\n"], "outputs": ["42\n"]}}
+
+
+def code_sandbox_check(*, uid_base: int | None = None) -> tuple[bool, str]:
+    """(can run, why): whether code rollouts can be graded on this machine: root,
+    bwrap, and one program of ours (never a model's) graded against one stdin test
+    in a fresh sandbox, closed at once (some 0.2 s).
+
+    Args:
+        uid_base: the sandbox's first slot uid, where it is not the default
+            (`GRADEFLEET_CODE_UID_BASE`): the probe must run as the grader will.
+    """
+    if os.geteuid() != 0:
+        return False, "code sandbox unavailable: not root (namespaces and uids)"
+    if shutil.which("bwrap") is None:
+        return False, "code sandbox unavailable: bubblewrap (bwrap) is not installed"
+    # Imported here: a math-only process never loads the sandbox.
+    from workers.code.grade import grade_code
+    from workers.code.sandbox import CodeSandbox
+
+    started = time.perf_counter()
+    box = CodeSandbox() if uid_base is None else CodeSandbox(uid_base=uid_base)
+    try:
+        verdict = grade_code(_PROBE_PROGRAM, _PROBE_TESTS, sandbox=box)
+    finally:
+        box.close()
+    if not verdict.correct:
+        return False, f"code sandbox probe {verdict.status.value}: {verdict.reason}"
+    took_ms = (time.perf_counter() - started) * 1000
+    return True, f"code sandbox ran a probe program ({took_ms:.0f} ms)"
 
 
 register(KindGrader(kind="math", version=verifier.GRADER_VERSION, grade=verifier.grade))

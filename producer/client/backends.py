@@ -86,6 +86,12 @@ class Backend(Protocol):
 
     async def ready(self) -> tuple[bool, str]: ...
 
+    async def code_ready(self) -> tuple[bool, str] | None:
+        """Whether code rollouts can be graded behind it, and why; None: not known
+        here (the embedded pool grades on this machine, whose sandbox the caller
+        probes itself)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -186,6 +192,9 @@ class PoolBackend:
             f"cache {settings.cache_path or 'off'}"
         )
 
+    async def code_ready(self) -> tuple[bool, str] | None:
+        return None  # this machine's sandbox: the caller probes it
+
     async def aclose(self) -> None:
         grader, self._grader = self._grader, None
         if grader is not None:
@@ -247,7 +256,8 @@ class FleetBackend:
         self._wake: asyncio.Event | None = None
         self._collector: asyncio.Task[None] | None = None
         self._aredis: aioredis.Redis[bytes] | None = None
-        self._ready: tuple[float, tuple[bool, str]] | None = None
+        # When the fleet was last read, and its answers: ready, and code ready.
+        self._ready: tuple[float, tuple[bool, str], tuple[bool, str]] | None = None
 
     def _client(self, options: GradeOptions) -> GradingClient:
         client = self._clients.get(options)
@@ -386,24 +396,38 @@ class FleetBackend:
 
     async def ready(self) -> tuple[bool, str]:
         """Broker answers and at least one worker replies to a ping (cached 2 s)."""
+        return (await self._read_fleet())[0]
+
+    async def code_ready(self) -> tuple[bool, str]:
+        """At least one live worker consumes the code queues (`--kinds`), whatever
+        this machine could run (cached 2 s, read with `ready`)."""
+        return (await self._read_fleet())[1]
+
+    async def _read_fleet(self) -> tuple[tuple[bool, str], tuple[bool, str]]:
         now = time.monotonic()
         if self._ready is not None and now - self._ready[0] < _READY_CACHE_S:
-            return self._ready[1]
-        result = await asyncio.to_thread(self._check_ready)
-        self._ready = (now, result)
-        return result
+            return self._ready[1], self._ready[2]
+        ready, code = await asyncio.to_thread(self._check_ready)
+        self._ready = (now, ready, code)
+        return ready, code
 
-    def _check_ready(self) -> tuple[bool, str]:
+    def _check_ready(self) -> tuple[tuple[bool, str], tuple[bool, str]]:
         from producer.client.status import read_fleet_status
 
         try:
             fleet = read_fleet_status(self.broker_url, timeout_s=1.0, window_s=0.0)
         except (ProducerError, OSError) as exc:
-            return False, f"broker {redact_url(self.broker_url)}: {exc}"
+            down = False, f"broker {redact_url(self.broker_url)}: {exc}"
+            return down, down
         workers = len(fleet.workers)
         if workers == 0:
-            return False, "no live worker answered"
-        return True, f"{workers} live workers"
+            return (False, "no live worker answered"), (False, "no live worker")
+        code = [w.name for w in fleet.workers if w.grades_code]
+        if not code:
+            none = f"none of the {workers} live workers takes code (--kinds code)"
+            return (True, f"{workers} live workers"), (False, none)
+        takes = f"{len(code)} live workers take code: {', '.join(code[:8])}"
+        return (True, f"{workers} live workers"), (True, takes)
 
     async def aclose(self) -> None:
         if self._collector is not None:
@@ -484,6 +508,9 @@ class HttpBackend:
         except httpx.HTTPError as exc:
             return False, f"{redact_url(self.url)}: {exc}"
         return reply.status_code == 200, reply.text[:300]
+
+    async def code_ready(self) -> tuple[bool, str] | None:
+        return None  # the service's own `/readyz` says (see `ready`)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None

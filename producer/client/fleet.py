@@ -7,6 +7,7 @@ imported) and reads results straight from Celery's Redis result keys with MGET.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 import uuid
@@ -24,6 +25,7 @@ from producer.client.job import Batch, GradingJob, OnDeadline, Progress, ServerR
 from producer.client.rollouts import validate_rollouts
 from producer.errors import BrokerRefusedError, BrokerUnavailableError, ProducerError
 from producer.settings import DEFAULT_REFUSED_LIMIT_S
+from workers.code.item import is_code_gold
 from workers.models import GradeOptions, Rollout, Verdict
 from workers.sizing import batch_size_for
 from workers.wire.connections import (
@@ -39,7 +41,15 @@ from workers.wire.contract import (
     detach_items,
     sign_task,
 )
-from workers.wire.lanes import INTERACTIVE, Lane, parse_lane, queue_for
+from workers.wire.lanes import (
+    CODE,
+    INTERACTIVE,
+    MATH,
+    Kind,
+    Lane,
+    parse_lane,
+    queue_for,
+)
 from workers.wire.protocol import batch_items_key
 from workers.wire.refusals import broker_refusal
 from workers.wire.signing import Keyring, items_digest
@@ -240,8 +250,9 @@ class GradingClient:
         priority: str | None = None,
         options: GradeOptions | None = None,
     ) -> GradingJob:
-        """Validate, split into batches and publish the first `max_batches_in_flight`
-        of them (the job sends the rest as results arrive); returns at once.
+        """Validate, split into batches of one kind each (`_kind_batches`) and
+        publish the first `max_batches_in_flight` of them (the job sends the rest as
+        results arrive); returns at once.
 
         Args:
             deadline_s: this job's time limit (default: the client's `deadline_s`).
@@ -250,14 +261,7 @@ class GradingClient:
         """
         triples = validate_rollouts(rollouts)
         job_id = uuid.uuid4().hex
-        size = self.batch_size or batch_size_for(len(triples))
-        batches = [
-            Batch(
-                batch_id=f"{job_id}.{n}",
-                items=tuple(triples[start : start + size]),
-            )
-            for n, start in enumerate(range(0, len(triples), size))
-        ]
+        batches = _kind_batches(job_id, triples, self.batch_size)
         return self._start(job_id, batches, len(triples), deadline_s, priority, options)
 
     def submit_units(
@@ -342,8 +346,8 @@ class GradingClient:
         batches: Sequence[Batch],
         options: GradeOptions,
     ) -> None:
-        """Store the batches' items (one round trip) and publish them to the lane's
-        queue; a re-sent batch's items are stored again too.
+        """Store the batches' items (one round trip) and publish each to its lane's
+        queue of its kind; a re-sent batch's items are stored again too.
 
         Raises:
             BrokerUnavailableError: the broker cannot be reached.
@@ -354,7 +358,8 @@ class GradingClient:
             wires = self._store_items(job_id, batches, options)
             with self._app.producer_or_acquire() as producer:
                 for batch, wire in zip(batches, wires, strict=True):
-                    self._send(batch, wire, queue_for(lane), producer=producer)
+                    queue = queue_for(lane, batch.kind)
+                    self._send(batch, wire, queue, producer=producer)
                     sent += 1
         except (OperationalError, redis.RedisError, OSError) as exc:
             if broker_refusal(exc) is not None:
@@ -431,6 +436,31 @@ class GradingClient:
         keys = [batch_items_key(batch.batch_id) for batch in batches]
         with contextlib.suppress(redis.RedisError, OSError):
             self._broker_redis.delete(*keys)
+
+
+def _kind_batches(
+    job_id: str, triples: list[tuple[int, str, str]], batch_size: int | None
+) -> list[Batch]:
+    """A job's rollouts in batches of one kind each (a code rollout's gold is its
+    encoded tests, `workers.code.item`), so each batch goes to its kind's queue and
+    only workers that take that kind grade it (`workers.wire.lanes`). Each item
+    keeps its index, so verdicts come back in input order; the kinds' batches
+    alternate, so both pools start at once. `batch_size` None: sized per kind
+    (`sizing.batch_size_for`)."""
+    by_kind: dict[Kind, list[tuple[int, str, str]]] = {MATH: [], CODE: []}
+    for triple in triples:
+        by_kind[CODE if is_code_gold(triple[2]) else MATH].append(triple)
+    runs = []
+    for kind, items in by_kind.items():
+        size = batch_size or batch_size_for(len(items))
+        runs.append(
+            [(kind, tuple(items[at : at + size])) for at in range(0, len(items), size)]
+        )
+    mixed = itertools.chain.from_iterable(itertools.zip_longest(*runs))
+    return [
+        Batch(batch_id=f"{job_id}.{n}", items=items, kind=kind)
+        for n, (kind, items) in enumerate(run for run in mixed if run is not None)
+    ]
 
 
 def _ping(url: str) -> None:

@@ -148,6 +148,10 @@ class CoalescingGrader:
     async def ready(self) -> tuple[bool, str]:
         return await self.backend.ready()
 
+    async def code_ready(self) -> tuple[bool, str] | None:
+        """Whether the backend grades code (None: on this machine; probe it)."""
+        return await self.backend.code_ready()
+
     async def aclose(self) -> None:
         await self.coalescer.aclose()
         await self.backend.aclose()

@@ -36,6 +36,7 @@ from producer.errors import (
 )
 from producer.settings import DEFAULT_REFUSED_LIMIT_S
 from workers.models import ExtractionMethod, Status, Verdict
+from workers.wire.lanes import MATH, Kind
 from workers.wire.protocol import (
     RUNNING_STATES,
     TaskMeta,
@@ -148,6 +149,9 @@ class Batch:
     # of items; `items` then holds one (unit index, "", "") and the unit's
     # "verdict" is its result's `lines` (`GradingClient.submit_units`).
     unit: bytes | None = None
+    # The kind of every rollout in it (a unit of lines: math's queues, see
+    # `workers.fleet.line_batch`): with the job's lane, the queue it goes to.
+    kind: Kind = MATH
     key: bytes = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,8 +1,8 @@
-"""What `gradefleet status` shows: each lane's queue depth and the jobs on the job
-board (`producer.client.board`) read from Redis, live workers and their task counts over
-Celery's control bus (a light Celery app; no worker code imported) with whether each
-holds the fleet key, and, given worker metrics URLs, rollouts by status, rollouts/s and
-cache hit rate."""
+"""What `gradefleet status` shows: each queue's depth (a lane's, of one kind) and the
+jobs on the job board (`producer.client.board`) read from Redis, live workers and
+their task counts over Celery's control bus (a light Celery app; no worker code
+imported) with whether each holds the fleet key and which kinds it takes, and, given
+worker metrics URLs, rollouts by status, rollouts/s and cache hit rate."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from producer.client.board import JobEntry, read_job_board
 from producer.errors import BrokerUnavailableError
-from workers.wire.contract import GRADE_BATCH, KEY_STATS_FIELD
-from workers.wire.lanes import LANE_QUEUES
+from workers.wire.contract import GRADE_BATCH, KEY_STATS_FIELD, KINDS_STATS_FIELD
+from workers.wire.lanes import CODE, MATH, QUEUES
 from workers.wire.urls import redact_url
 
 __all__ = [
@@ -42,6 +42,14 @@ class WorkerStatus:
     # version from before workers reported it).
     keyed: bool | None = None
     signing_key_id: str | None = None
+    # The rollout kinds whose queues it consumes; None: it did not say (a version
+    # from before kinds, which consumed math's queues only).
+    kinds: tuple[str, ...] | None = None
+
+    @property
+    def grades_code(self) -> bool:
+        """Whether it takes batches from the code queues."""
+        return CODE in (self.kinds or (MATH,))
 
     def key_text(self, client_key_id: str | None) -> str:
         """`keyed (key 1a2b3c4d)`, `NOT keyed` or `keyed ?`; a key other than the
@@ -58,11 +66,13 @@ class WorkerStatus:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaneStatus:
-    """One priority lane: its broker queue and how many batches wait there."""
+    """One queue: its priority lane and rollout kind, and how many batches wait
+    there."""
 
     lane: str
     queue: str
     ready: int
+    kind: str = MATH
 
 
 @dataclass(slots=True, kw_only=True)
@@ -164,9 +174,11 @@ class FleetStatus:
         lines.append(f"{live}, {keyed} keyed" if self.workers else live)
         for w in self.workers:
             procs = "?" if w.concurrency is None else str(w.concurrency)
+            kinds = "" if w.kinds is None else f", takes {', '.join(w.kinds)}"
             lines.append(
                 f"  {w.name}  {procs} processes, {w.batches_done:,} batches done, "
                 + w.key_text(self.client_key_id)
+                + kinds
             )
         lines.append(f"throughput   {rate} batches/s (last {self.window_s:g} s)")
         return "\n".join(lines + self._metrics_lines())
@@ -217,7 +229,7 @@ def _lanes_and_jobs(
     except ValueError as exc:
         raise BrokerUnavailableError(f"invalid broker URL: {exc}") from exc
     try:
-        depths = read_queue_depths(client, list(LANE_QUEUES.values()))
+        depths = read_queue_depths(client, list(QUEUES.values()))
         jobs = tuple(read_job_board(client))
     except (redis.RedisError, OSError) as exc:
         where = redact_url(broker_url)
@@ -227,8 +239,8 @@ def _lanes_and_jobs(
     finally:
         client.close()
     lanes = tuple(
-        LaneStatus(lane=lane, queue=queue, ready=depths.ready[queue])
-        for lane, queue in LANE_QUEUES.items()
+        LaneStatus(lane=lane, kind=kind, queue=queue, ready=depths.ready[queue])
+        for (lane, kind), queue in QUEUES.items()
     )
     return lanes, depths.unacked, jobs
 
@@ -240,6 +252,7 @@ def _worker(name: str, stats: dict[str, Any]) -> WorkerStatus:
     key = stats.get(KEY_STATS_FIELD)
     key = key if isinstance(key, dict) else {}
     keyed, key_id = key.get("keyed"), key.get("signing_key_id")
+    kinds = stats.get(KINDS_STATS_FIELD)
     return WorkerStatus(
         name=name,
         concurrency=concurrency if isinstance(concurrency, int) else None,
@@ -247,6 +260,7 @@ def _worker(name: str, stats: dict[str, Any]) -> WorkerStatus:
         uptime_s=float(uptime) if isinstance(uptime, int | float) else None,
         keyed=keyed if isinstance(keyed, bool) else None,
         signing_key_id=key_id if isinstance(key_id, str) else None,
+        kinds=tuple(map(str, kinds)) if isinstance(kinds, list) else None,
     )
 
 

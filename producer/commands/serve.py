@@ -172,11 +172,11 @@ def serve(
     if broker:
         from workers.fleet.metrics import QueueDepthCollector
         from workers.wire.connections import redis_client
-        from workers.wire.lanes import LANE_QUEUES
+        from workers.wire.lanes import QUEUES
 
         queue_redis = redis_client(broker, socket_timeout=1.0)
-        # Every lane's queue, as a worker node exports them.
-        queues = list(LANE_QUEUES.values())
+        # Every lane's and kind's queue, as a worker node exports them.
+        queues = list(QUEUES.values())
         collectors = (QueueDepthCollector(queue_redis, queues),)
     app = create_app(
         grader,

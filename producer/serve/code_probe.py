@@ -1,46 +1,31 @@
-"""Whether this node can run code sandboxes: the code part of `GET /readyz`.
+"""Whether this node can run code sandboxes: the code part of `GET /readyz` when the
+service grades on this machine (embedded mode; on a fleet, `/readyz` asks which live
+workers consume the code queues instead, `producer.client.backends.FleetBackend`).
 
 Code rollouts run in bubblewrap sandboxes (`workers.code.sandbox`), which need root
 and `bwrap`; a node without them still grades math, so the answer is reported
 beside the backend's readiness rather than failing it. The probe is cheap and
-cached: the two preconditions, then one program of ours (never a model's) run
-against one stdin test in a fresh sandbox that is closed at once. A pass is kept
-for the process's life; a failure is tried again after `retry_s`.
+cached (`workers.kinds.code_sandbox_check`: the two preconditions, then one program
+of ours, never a model's, run against one stdin test in a fresh sandbox that is
+closed at once). A pass is kept for the process's life; a failure is tried again
+after `retry_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import time
 
 __all__ = ["CodeProbe", "probe_code_sandbox"]
 
-_PROGRAM = "```python\nprint(int(input()) + 1)\n```"
-_TESTS = {"tests": {"inputs": ["41\n"], "outputs": ["42\n"]}}
-
 
 def probe_code_sandbox() -> tuple[bool, str]:
     """(can run, why): root, bwrap, and one probe program graded in a sandbox."""
-    if os.geteuid() != 0:
-        return False, "code sandbox unavailable: not root (namespaces and uids)"
-    if shutil.which("bwrap") is None:
-        return False, "code sandbox unavailable: bubblewrap (bwrap) is not installed"
-    # Imported here: the service's math path never loads the sandbox.
-    from workers.code.grade import grade_code
-    from workers.code.sandbox import CodeSandbox
+    # Imported here: the registry loads the verifier, which the service's own
+    # process (a fleet's front) may never need.
+    from workers.kinds import code_sandbox_check
 
-    started = time.perf_counter()
-    box = CodeSandbox()
-    try:
-        verdict = grade_code(_PROGRAM, _TESTS, sandbox=box)
-    finally:
-        box.close()
-    if not verdict.correct:
-        return False, f"code sandbox probe {verdict.status.value}: {verdict.reason}"
-    took_ms = (time.perf_counter() - started) * 1000
-    return True, f"code sandbox ran a probe program ({took_ms:.0f} ms)"
+    return code_sandbox_check()
 
 
 class CodeProbe:

@@ -437,10 +437,13 @@ class _Routes:
 
     async def readyz(self) -> Response:
         """The backend can grade: broker reachable with a live worker, or the
-        embedded pool up (the status code says this). `code`: whether this node
-        can run code sandboxes (a cached probe; math does not need them)."""
+        embedded pool up (the status code says this). `code`: whether code rollouts
+        can be graded: on a fleet, whether a live worker takes code (`--kinds`);
+        embedded, whether this node runs code sandboxes (a cached probe). Math does
+        not need them, so neither fails the check."""
         ok, detail = await self.grader.ready()
-        code_ok, code_detail = await self.code_probe.check()
+        code = await self.grader.code_ready()
+        code_ok, code_detail = code or await self.code_probe.check()
         body = {
             "ready": ok,
             "detail": detail,

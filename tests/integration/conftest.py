@@ -110,9 +110,11 @@ class WorkerFactory:
         extra_env: dict[str, str] | None = None,
         wait: bool = True,
         argv_prefix: Sequence[str] = (),
+        args: Sequence[str] = (),
     ) -> WorkerProcess:
         """Start a worker node; `argv_prefix` wraps its command (e.g. `ip netns exec
-        NAME`, to run it in another network namespace)."""
+        NAME`, to run it in another network namespace), `args` are more options of
+        `gradefleet worker` (e.g. `--kinds code`)."""
         name = f"w{len(self.started)}-{uuid.uuid4().hex[:6]}@localhost"
         hooks = str(REPO_ROOT / "tests" / "hooks.py")
         env = {**os.environ, "GRADEFLEET_TEST_HOOKS": hooks, **(extra_env or {})}
@@ -120,18 +122,18 @@ class WorkerFactory:
             filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
         )
         log_path = self._log_dir / f"{name.split('@')[0]}.log"
-        args = [*argv_prefix, sys.executable, "-m", "workers"]
-        args += ["--broker", self.redis_url]
-        args += [
+        argv = [*argv_prefix, sys.executable, "-m", "workers"]
+        argv += ["--broker", self.redis_url]
+        argv += [
             "--concurrency",
             str(concurrency),
             "--item-timeout-s",
             str(item_timeout_s),
         ]
-        args += ["--hostname", name, "--loglevel", "INFO"]
+        argv += ["--hostname", name, "--loglevel", "INFO", *args]
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                args,
+                argv,
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=log,

@@ -89,9 +89,13 @@ def test_cli_status_shows_queue_depth_and_live_workers(
     # Given no worker consuming
     before = _status(redis_server)
     assert before["workers"] == [], "a worker from another test is still running"
-    assert [lane["queue"] for lane in before["lanes"]] == [
-        "gradefleet",
-        "gradefleet.bulk",
+    assert [
+        (lane["lane"], lane["kind"], lane["queue"]) for lane in before["lanes"]
+    ] == [
+        ("interactive", "math", "gradefleet"),
+        ("interactive", "code", "gradefleet.code"),
+        ("bulk", "math", "gradefleet.bulk"),
+        ("bulk", "code", "gradefleet.code.bulk"),
     ]
     # When a job of 5 batches is submitted
     with GradingClient(redis_server, batch_size=2) as client:
@@ -124,9 +128,11 @@ def test_cli_status_shows_queue_depth_and_live_workers(
     assert job.job_id not in [j["job_id"] for j in drained["jobs"]]  # done: off
     assert drained["workers"][0]["batches_done"] >= 5
     assert drained["workers"][0]["concurrency"] == 1
-    # (started without the fleet key, and it says so on the control bus)
+    # (started without the fleet key, and it says so on the control bus, with the
+    # kinds it takes: both, as this machine runs the code sandbox)
     assert drained["workers"][0]["keyed"] is False
     assert drained["workers"][0]["signing_key_id"] is None
+    assert drained["workers"][0]["kinds"] == ["math", "code"]
     # And with the worker's metrics endpoint, rollouts by status are shown
     metrics_url = f"http://127.0.0.1:{port}/metrics"
     with_metrics = _status(redis_server, "--metrics", metrics_url)

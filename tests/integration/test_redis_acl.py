@@ -13,7 +13,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from producer import code_rollout
 from producer.cli import cli
+from producer.client.fleet import GradingClient
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +90,15 @@ def test_redis_acl_worker_and_producer_work_with_their_own_users(
     )
     assert status.exit_code == 0, status.output
     assert len(json.loads(status.stdout)["workers"]) == 1
+    # ...the producer's user sends code rollouts to the code queues, which the
+    # worker's user consumes (this machine runs the sandbox: it takes both kinds)
+    user = f"redis://gradefleet-producer:gradefleet-producer-pw@127.0.0.1:{port}"
+    mbpp = {"test_list": ["assert add(1, 2) == 3"]}
+    with GradingClient(user) as client:
+        (verdict,) = client.grade(
+            [code_rollout("def add(a, b):\n    return a + b", mbpp)]
+        )
+    assert (verdict.kind, verdict.correct) == ("code", True)
     # ...no command of theirs was refused (some are retried or best effort)
     denied = [e for e in admin.acl_log() if e["username"] != "default"]
     assert denied == [], [(e["username"], e["object"], e["reason"]) for e in denied]

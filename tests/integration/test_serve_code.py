@@ -1,6 +1,7 @@
 """Code rollouts through `gradefleet serve` (real uvicorn, real fleet or embedded
 pool, real sandboxes): `/v1/grade` with code items beside math ones, math callers
-never held by a slow code batch, `/readyz`'s code check, NeMo Gym `code_gen`."""
+never held by a slow code batch, `/readyz`'s code check (fleet and embedded), NeMo
+Gym `code_gen`."""
 
 from __future__ import annotations
 
@@ -118,17 +119,32 @@ def test_math_callers_are_not_held_by_a_slow_code_batch(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_readyz_says_whether_this_node_runs_code_sandboxes(
+def test_readyz_on_a_fleet_says_whether_a_live_worker_takes_code(
     service: ServeProcess,
 ) -> None:
     reply = httpx.get(service.url + "/readyz", timeout=60)
     assert reply.status_code == 200, reply.text
     code = reply.json()["code"]
-    # This machine has root and bwrap: the probe program ran in a sandbox.
+    # The module's two workers take both kinds (this machine runs the sandbox).
     assert code["ready"] is True, code
-    assert "probe program" in code["detail"]
-    again = httpx.get(service.url + "/readyz", timeout=60).json()["code"]
-    assert again == code  # cached: the same answer, not a second run
+    assert "2 live workers take code" in code["detail"]
+
+
+def test_readyz_embedded_says_whether_this_node_runs_code_sandboxes(
+    tmp_path: Path,
+) -> None:
+    server = start_serve(tmp_path, args=["--processes", "1"])
+    try:
+        reply = httpx.get(server.url + "/readyz", timeout=60)
+        assert reply.status_code == 200, reply.text
+        code = reply.json()["code"]
+        # This machine has root and bwrap: the probe program ran in a sandbox.
+        assert code["ready"] is True, code
+        assert "probe program" in code["detail"]
+        again = httpx.get(server.url + "/readyz", timeout=60).json()["code"]
+        assert again == code  # cached: the same answer, not a second run
+    finally:
+        server.stop()
 
 
 def nemo_code_gen_requests() -> list[tuple[dict[str, Any], float]]:

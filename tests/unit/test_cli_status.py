@@ -50,6 +50,9 @@ def test_cli_status_render_and_json() -> None:
         broker="redis://h:6379/0",
         lanes=(
             LaneStatus(lane="interactive", queue="gradefleet", ready=3),
+            LaneStatus(
+                lane="interactive", kind="code", queue="gradefleet.code", ready=5
+            ),
             LaneStatus(lane="bulk", queue="gradefleet.bulk", ready=40),
         ),
         unacked=2,
@@ -73,6 +76,13 @@ def test_cli_status_render_and_json() -> None:
         ),
         workers=(
             WorkerStatus(name="w1@h", concurrency=2, batches_done=40, uptime_s=9.0),
+            WorkerStatus(
+                name="c1@h",
+                concurrency=4,
+                batches_done=2,
+                uptime_s=9.0,
+                kinds=("code",),
+            ),
         ),
         batches_per_s=2.5,
         window_s=1.0,
@@ -83,6 +93,7 @@ def test_cli_status_render_and_json() -> None:
     )
     text = fleet.render()
     assert "lanes        interactive  gradefleet: 3 ready" in text
+    assert "             interactive  gradefleet.code: 5 ready" in text
     assert "             bulk         gradefleet.bulk: 40 ready" in text
     assert "             2 unacked (being graded, all lanes)" in text
     assert "jobs         2 running" in text
@@ -91,20 +102,23 @@ def test_cli_status_render_and_json() -> None:
     bulk = text.index("  bulk         bbbbbbbbbbbb  30,000/300,000 rollouts (10%)")
     assert interactive < bulk
     assert "64 batches in flight" in text
-    assert "workers      1 live" in text
-    assert "w1@h  2 processes, 40 batches done" in text
+    assert "workers      2 live" in text
+    assert "w1@h  2 processes, 40 batches done, keyed ?\n" in text  # kinds unsaid
+    assert "c1@h  4 processes, 2 batches done, keyed ?, takes code\n" in text
     assert "throughput   2.5 batches/s" in text
     assert "graded       4 rollouts: correct 75.0%, timeout 25.0%" in text
     assert "120.0 rollouts/s" in text
     assert "cache        80.0% hits" in text
     data = json.loads(fleet.to_json())
     assert data["workers"][0]["name"] == "w1@h"
-    assert data["ready"] == 43
-    assert data["lanes"][1] == {
+    assert data["ready"] == 48
+    assert data["lanes"][2] == {
         "lane": "bulk",
+        "kind": "math",
         "queue": "gradefleet.bulk",
         "ready": 40,
     }
+    assert [w["kinds"] for w in data["workers"]] == [None, ["code"]]
     assert data["unacked"] == 2
     assert [job["lane"] for job in data["jobs"]] == ["bulk", "interactive"]
 

@@ -39,7 +39,8 @@ def _command_text(service: str) -> str:
 
 def test_deploy_compose_services():
     assert set(SERVICES) == {
-        "broker", "cache", "worker", "service", "prometheus", "grafana",
+        "broker", "cache", "worker", "code-worker", "service", "prometheus",
+        "grafana",
     }  # fmt: skip
     for name, service in SERVICES.items():
         for dep in service.get("depends_on", []):
@@ -85,16 +86,65 @@ def test_deploy_compose_worker_command_and_env():
     assert grace >= settings.longest_batch_s + 30
 
 
+# What deploy/test-image.sh gives its code worker container, and
+# deploy/k8s/components/code-workers its pods: the code sandbox's rights, no others.
+CODE_CAPABILITIES = ["SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "KILL", "NET_ADMIN"]
+
+
+def _worker_settings(service: str) -> WorkerSettings:
+    """The settings a compose worker service runs with: its env, then its options
+    (the key file exists only in the container)."""
+    from workers.__main__ import settings_from_args
+
+    env = SERVICES[service]["environment"]
+    command = [str(a) for a in SERVICES[service]["command"]]
+    assert command[0] == "worker"
+    args = build_parser().parse_args(command[1:])
+    environ = {k: v for k, v in env.items() if k != "GRADEFLEET_SIGNING_KEY_FILE"}
+    return settings_from_args(args, environ)
+
+
+def test_deploy_compose_each_kind_has_its_workers_on_one_broker():
+    math, code = _worker_settings("worker"), _worker_settings("code-worker")
+    # One broker and cache; math workers take the math queues, code workers the
+    # code queues (and nothing routes code to the locked-down math workers)
+    assert (math.kinds, code.kinds) == (("math",), ("code",))
+    assert code.broker_url == math.broker_url
+    assert code.cache_url == math.cache_url
+    env = SERVICES["code-worker"]["environment"]
+    assert set(env) <= _env_read_by_worker()
+    # The code worker: root in the container with the sandbox's capabilities only,
+    # no new privileges, a read-only root with a /tmp for its metrics files
+    service = SERVICES["code-worker"]
+    assert str(service["user"]) == "0"
+    assert service["cap_drop"] == ["ALL"]
+    assert service["cap_add"] == CODE_CAPABILITIES
+    assert service["security_opt"] == ["no-new-privileges:true"]
+    assert "privileged" not in service
+    assert service["read_only"] is True
+    assert service["tmpfs"] == ["/tmp"]
+    assert code.metrics_dir is not None
+    assert code.metrics_dir.startswith("/tmp/")
+    # The math worker has none of them
+    assert not {"user", "cap_add", "privileged"} & set(SERVICES["worker"])
+    # Memory: a code rollout and a math sandbox child per grading process; the
+    # longest batch finishes before the stop timeout
+    limit = int(service["deploy"]["resources"]["limits"]["memory"].removesuffix("m"))
+    assert limit >= code.concurrency * 2 * code.item_memory_mb + 256
+    grace = int(service["stop_grace_period"].removesuffix("s"))
+    assert grace >= code.longest_batch_s + 30
+
+
 def test_deploy_compose_metrics_port_matches_prometheus():
-    command = [str(a) for a in SERVICES["worker"]["command"]]
-    port = int(command[command.index("--metrics-port") + 1])
     prometheus = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
     (job,) = [
         j for j in prometheus["scrape_configs"] if j["job_name"] == "gradefleet-workers"
     ]
     (sd,) = job["dns_sd_configs"]
-    assert sd["names"] == ["worker"]
-    assert sd["port"] == port
+    assert sd["names"] == ["worker", "code-worker"]
+    for service in sd["names"]:
+        command = [str(a) for a in SERVICES[service]["command"]]
+        assert int(command[command.index("--metrics-port") + 1]) == sd["port"]
     for rule_file in prometheus["rule_files"]:
         assert (DEPLOY / "prometheus" / rule_file).is_file()
 
@@ -131,7 +181,7 @@ def _gradefleet_services() -> list[str]:
 
 
 def test_deploy_compose_every_gradefleet_service_holds_the_fleet_key():
-    assert {"worker", "service"} <= set(_gradefleet_services())
+    assert {"worker", "code-worker", "service"} <= set(_gradefleet_services())
     for name in _gradefleet_services():
         service = SERVICES[name]
         # The key is a file from the compose secret, named by the variable the
@@ -169,7 +219,7 @@ def test_deploy_compose_no_key_value_committed():
 
 
 def test_deploy_compose_image_build():
-    for name in ("worker", "service"):
+    for name in ("worker", "code-worker", "service"):
         build = SERVICES[name]["build"]
         context = (DEPLOY / build["context"]).resolve()
         assert (context / build["dockerfile"]).is_file()

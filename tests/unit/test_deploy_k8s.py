@@ -21,10 +21,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from workers.__main__ import worker_argv
+from workers.__main__ import build_parser, settings_from_args, worker_argv
 from workers.fleet.metrics import QueueDepthCollector
 from workers.fleet.settings import WorkerSettings
-from workers.wire.lanes import LANE_QUEUES
+from workers.wire.lanes import LANE_QUEUES, LANES, queues_for
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -116,9 +116,23 @@ def quantity_bytes(value: str) -> int:
     return int(match[1]) * units.get(match[2], 1)
 
 
-def consumed_queues() -> set[str]:
-    """The queues `gradefleet worker` consumes: its real Celery argv."""
-    (arg,) = [a for a in worker_argv(WorkerSettings()) if a.startswith("--queues=")]
+def pod_settings(overlay: str, name: str) -> WorkerSettings:
+    """The settings the worker container of Deployment `name` runs with: its
+    ConfigMaps' env, in order, then its options."""
+    spec = one(overlay, "Deployment", name)["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env: dict[str, str] = {}
+    for source in container["envFrom"]:
+        env |= one(overlay, "ConfigMap", source["configMapRef"]["name"])["data"]
+    args = container["args"]
+    assert args[0] == "worker"
+    return settings_from_args(build_parser().parse_args(args[1:]), env)
+
+
+def consumed_queues(overlay: str, name: str = "gradefleet-worker") -> set[str]:
+    """The queues a worker Deployment consumes: its real Celery argv."""
+    argv = worker_argv(pod_settings(overlay, name))
+    (arg,) = [a for a in argv if a.startswith("--queues=")]
     return set(arg.removeprefix("--queues=").split(","))
 
 
@@ -220,8 +234,13 @@ def test_deploy_k8s_code_workers_have_exactly_the_sandbox_rights():
         assert settings.code_uid_base + 2 * 4096 < 65_536
         refs = [r["configMapRef"]["name"] for r in container["envFrom"]]
         assert refs == ["gradefleet-config", "gradefleet-code-config"]  # code wins
-        # Its own broker database: math workers never receive code rollouts.
-        assert settings.broker_url != worker_settings(overlay).broker_url
+        # The fleet's broker, the code queues only; the math workers take the math
+        # queues only, so code rollouts never reach them.
+        assert pod_settings(overlay, CODE_WORKER).broker_url == (
+            worker_settings(overlay).broker_url
+        )
+        assert consumed_queues(overlay, CODE_WORKER) == set(queues_for(LANES, ["code"]))
+        assert consumed_queues(overlay) == set(LANE_QUEUES.values())
         # Memory: a math sandbox child and a code rollout per grading process.
         memory = quantity_bytes(container["resources"]["limits"]["memory"])
         assert memory >= settings.concurrency * 2 * settings.item_memory_bytes
@@ -280,7 +299,7 @@ def test_deploy_k8s_worker_probes_and_metrics_dir(overlay):
     assert settings.metrics_dir is not None
     assert "emptyDir" in volumes[mounts[settings.metrics_dir]]
     assert "emptyDir" in volumes[mounts["/tmp"]]
-    assert container["args"] == ["worker"]
+    assert container["args"] == ["worker", "--kinds", "math"]
 
 
 def test_deploy_k8s_configmap_keys_are_read_by_the_worker():
@@ -300,8 +319,8 @@ def test_deploy_k8s_configmap_keys_are_read_by_the_worker():
 
 
 def test_deploy_k8s_scaler_reads_the_queue_the_worker_consumes():
-    queues = consumed_queues()
     for overlay in OVERLAYS:
+        queues = consumed_queues(overlay)
         scalers = objects(overlay, "ScaledObject")
         hpas = objects(overlay, "HorizontalPodAutoscaler")
         assert len(scalers) + len(hpas) == 1, overlay

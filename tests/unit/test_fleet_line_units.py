@@ -320,6 +320,48 @@ def test_fleet_unit_graded_whole_is_the_unit_read_as_a_batch(tmp_path: Path) -> 
     )
 
 
+CODE_LINE = (
+    7,
+    b'{"response": "def add(a, b):\\n    return a + b", '
+    b'"test_list": ["assert add(1, 2) == 3"]}\n',
+)
+
+
+def test_fleet_unit_with_code_rows_is_unfit_on_a_worker_that_takes_math_only() -> None:
+    # Given a unit of math lines and one code line
+    payload = _payload([*LINES, CODE_LINE])
+    # When a worker that takes code reads it, and one that takes math only
+    graded = line_unit_task(WIRE, payload, "digest", None).batch()
+    unfit = line_unit_task(WIRE, payload, "digest", None, code=False).batch()
+    # Then the first makes it a batch with the code rollout, the second answers it
+    # unfit (its producer grades the rows in item mode, each kind on its queues)
+    assert len(graded.request.items) == 7
+    assert unfit.request.items == ()
+    text, output = unfit.render([])
+    lines = read_task_meta(task_meta("SUCCESS", text, "job.0")).lines
+    assert output is None
+    assert lines is not None
+    assert "code rows" in lines["unfit"]
+    assert fleet_unit_result(lines) is None
+    # And a unit of math lines only is a batch for either
+    math_only = line_unit_task(WIRE, _payload(), "digest", None, code=False).batch()
+    assert len(math_only.request.items) == 6
+    # And the line pool's grading process answers the same (`grade_fleet_unit`)
+    with LocalPool(
+        processes=1,
+        item_timeout_s=5.0,
+        item_memory_bytes=512 * MIB,
+        cache_path=None,
+        unit_fn=grade_fleet_unit,
+        collect_graded=True,
+    ) as pool:
+        (whole,) = pool.run_units(
+            [({"options": OPTIONS.to_dict(), "code": False}, payload)], [1]
+        )
+    assert whole is not None
+    assert whole[0] == {"unfit": lines["unfit"]}
+
+
 def test_fleet_unit_keeps_slow_verdicts_and_answers_them_when_sent_again(
     tmp_path: Path,
 ) -> None:

@@ -186,6 +186,9 @@ class _EchoBackend:
     async def ready(self) -> tuple[bool, str]:
         return True, ""
 
+    async def code_ready(self) -> tuple[bool, str] | None:
+        return None
+
     async def aclose(self) -> None:
         pass
 

@@ -1,24 +1,35 @@
-"""Priority lanes: lane names and queues, and the order a worker takes from them."""
+"""Priority lanes and rollout kinds: their names and queues, the order a worker takes
+from them, and the kinds a worker consumes."""
 
 from __future__ import annotations
 
 import pytest
 from kombu.utils.scheduling import cycle_by_name
 
+from workers import kinds
+from workers.__main__ import build_parser, decide_kinds, settings_from_args, worker_argv
 from workers.errors import ConfigError
 from workers.fleet.app import create_app
-from workers.fleet.settings import WorkerSettings, parse_lanes
+from workers.fleet.settings import WorkerSettings, parse_kinds, parse_lanes
 from workers.wire.lanes import (
     BULK,
+    CODE,
     INTERACTIVE,
+    KINDS,
     LANE_QUEUES,
+    MATH,
+    QUEUES,
     LaneCycle,
+    kind_of_queue,
     lane_of_queue,
+    parse_kind,
     parse_lane,
     queue_for,
+    queues_for,
 )
 
 IQ, BQ = queue_for(INTERACTIVE), queue_for(BULK)
+ICQ, BCQ = queue_for(INTERACTIVE, CODE), queue_for(BULK, CODE)
 
 
 def test_lanes_each_have_a_queue_of_their_own():
@@ -26,6 +37,30 @@ def test_lanes_each_have_a_queue_of_their_own():
     assert lane_of_queue(IQ) == INTERACTIVE
     assert lane_of_queue(BQ) == BULK
     assert lane_of_queue("celery") is None
+
+
+def test_lanes_each_kind_has_a_queue_per_lane_math_keeps_the_old_names():
+    assert (IQ, BQ) == ("gradefleet", "gradefleet.bulk")  # before kinds: the same
+    assert (ICQ, BCQ) == ("gradefleet.code", "gradefleet.code.bulk")
+    assert len(set(QUEUES.values())) == len(QUEUES) == 4
+    assert LANE_QUEUES == {INTERACTIVE: IQ, BULK: BQ}
+    for (lane, kind), queue in QUEUES.items():
+        assert (lane_of_queue(queue), kind_of_queue(queue)) == (lane, kind)
+    assert kind_of_queue("celery") is None
+    # The kinds with queues are the kinds with a grader.
+    assert sorted(KINDS) == kinds.kinds()
+
+
+def test_lanes_queues_for_lanes_and_kinds():
+    assert queues_for([INTERACTIVE, BULK], [MATH, CODE]) == [IQ, ICQ, BQ, BCQ]
+    assert queues_for([INTERACTIVE, BULK], [CODE]) == [ICQ, BCQ]
+    assert queues_for([INTERACTIVE], [MATH]) == [IQ]
+
+
+def test_lanes_parse_kind_refuses_unknown_names():
+    assert parse_kind("code") == CODE
+    with pytest.raises(ValueError, match="math, code"):
+        parse_kind("lean")
 
 
 def test_lanes_parse_lane_refuses_unknown_names():
@@ -73,6 +108,53 @@ def test_lanes_cycle_of_a_node_dedicated_to_interactive_never_lists_bulk():
     assert cycle.consume(1) == [IQ]
 
 
+def test_lanes_cycle_takes_every_interactive_queue_before_bulk_whatever_the_kind():
+    cycle = LaneCycle()
+    cycle.update([BCQ, BQ, ICQ, IQ])
+    first = cycle.consume(4)
+    assert set(first[:2]) == {IQ, ICQ}
+    assert set(first[2:]) == {BQ, BCQ}
+    # Whichever kind delivers, interactive stays ahead of bulk.
+    for taken in (IQ, ICQ, ICQ, IQ, IQ):
+        cycle.rotate(taken)
+        assert set(cycle.consume(4)[:2]) == {IQ, ICQ}
+
+
+def test_lanes_cycle_kinds_take_turns_within_a_lane():
+    cycle = LaneCycle()
+    cycle.bulk_every = 1_000
+    cycle.update([IQ, ICQ, BQ, BCQ])
+    order = []
+    for _ in range(6):
+        first = cycle.consume(4)[0]
+        order.append(first)
+        cycle.rotate(first)  # every queue has work: the first list delivers
+    # A flood of interactive math never starves interactive code, nor the reverse.
+    assert order in ([IQ, ICQ] * 3, [ICQ, IQ] * 3)
+
+
+def test_lanes_cycle_tries_every_bulk_queue_first_after_bulk_every_other_takes():
+    cycle = LaneCycle()
+    cycle.bulk_every = 2
+    cycle.update([IQ, ICQ, BQ, BCQ])
+    cycle.rotate(IQ)
+    cycle.rotate(ICQ)
+    order = cycle.consume(4)
+    assert set(order[:2]) == {BQ, BCQ}
+    assert set(order[2:]) == {IQ, ICQ}
+    cycle.rotate(BCQ)  # a bulk take of either kind resets the count
+    assert set(cycle.consume(4)[:2]) == {IQ, ICQ}
+
+
+def test_lanes_cycle_of_a_code_node_lists_only_code_queues():
+    cycle = LaneCycle()
+    cycle.bulk_every = 1
+    cycle.update(queues_for([INTERACTIVE, BULK], [CODE]))
+    assert cycle.consume(2) == [ICQ, BCQ]
+    cycle.rotate(ICQ)
+    assert cycle.consume(2) == [BCQ, ICQ]
+
+
 def test_lanes_kombu_finds_the_cycle_by_the_name_the_app_gives():
     app = create_app(WorkerSettings(bulk_every=5))
     name = app.conf.broker_transport_options["queue_order_strategy"]
@@ -95,6 +177,87 @@ def test_lanes_worker_settings_read_lanes_and_bulk_every_from_env():
         WorkerSettings(lanes=(INTERACTIVE, INTERACTIVE))
     with pytest.raises(ConfigError, match="bulk_every"):
         WorkerSettings(bulk_every=0)
+
+
+def test_lanes_worker_kinds_from_env_and_options():
+    assert WorkerSettings.from_env({}).kinds is None  # decided at start
+    assert WorkerSettings.from_env({"GRADEFLEET_KINDS": "code"}).kinds == (CODE,)
+    assert parse_kinds("math, code") == (MATH, CODE)
+    with pytest.raises(ConfigError, match="lean"):
+        WorkerSettings.from_env({"GRADEFLEET_KINDS": "lean"})
+    with pytest.raises(ConfigError, match="kinds"):
+        WorkerSettings(kinds=(MATH, MATH))
+    with pytest.raises(ConfigError, match="kinds"):
+        WorkerSettings(kinds=())
+    args = build_parser().parse_args(["--kinds", "code"])
+    settings = settings_from_args(args, {"GRADEFLEET_KINDS": "math"})
+    assert settings.kinds == (CODE,)  # the option wins
+    assert f"--queues={ICQ},{BCQ}" in worker_argv(settings)
+    for bad in ("lean", ","):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--kinds", bad])
+    with pytest.raises(ValueError, match="decide_kinds"):
+        worker_argv(WorkerSettings())
+
+
+def _check(runs: bool):
+    calls = []
+
+    def check(**kwargs):
+        calls.append(kwargs)
+        return runs, "why: the probe said so"
+
+    return check, calls
+
+
+def test_lanes_worker_kinds_decided_by_the_code_sandbox_check():
+    # Unset: both kinds where the sandbox runs, math only (and why) where it does not
+    check, calls = _check(True)
+    settings, notice = decide_kinds(WorkerSettings(code_uid_base=30_000), check)
+    assert (settings.kinds, notice) == ((MATH, CODE), None)
+    assert calls == [{"uid_base": 30_000}]  # the probe runs as the grader will
+    settings, notice = decide_kinds(WorkerSettings(), _check(False)[0])
+    assert settings.kinds == (MATH,)
+    assert notice is not None
+    assert "math only (why: the probe said so)" in notice
+    # Given with code: kept, with a warning when the sandbox does not run
+    settings, notice = decide_kinds(WorkerSettings(kinds=(CODE,)), _check(False)[0])
+    assert settings.kinds == (CODE,)
+    assert notice is not None
+    assert "WARNING" in notice
+    assert decide_kinds(WorkerSettings(kinds=(CODE,)), _check(True)[0])[1] is None
+    # Math only: nothing to check
+    check, calls = _check(False)
+    assert decide_kinds(WorkerSettings(kinds=(MATH,)), check) == (
+        WorkerSettings(kinds=(MATH,)),
+        None,
+    )
+    assert calls == []
+
+
+def test_lanes_producer_splits_a_job_into_batches_of_one_kind():
+    from producer.client.fleet import _kind_batches
+    from workers.code.item import encode_code_gold
+
+    # Given a job of math and code rollouts, interleaved
+    code_gold = encode_code_gold({"test_list": ["assert f() == 1"]})
+    triples = [(n, f"r{n}", code_gold if n % 3 == 0 else str(n)) for n in range(10)]
+    # When it is cut into batches of 2
+    batches = _kind_batches("job", triples, 2)
+    # Then each batch holds one kind, and every rollout is in one batch once, with
+    # its index (verdicts come back in input order)
+    for batch in batches:
+        assert batch.kind == (CODE if batch.items[0][2] == code_gold else MATH)
+        assert all(
+            (gold == code_gold) == (batch.kind == CODE) for *_, gold in batch.items
+        )
+    assert sorted(t for b in batches for t in b.items) == triples
+    assert [b.batch_id for b in batches] == [f"job.{n}" for n in range(len(batches))]
+    # And the kinds alternate while both have batches (both pools start at once)
+    assert [b.kind for b in batches] == [MATH, CODE, MATH, CODE, MATH]
+    # And a job of one kind is cut as before kinds (sized for the job)
+    math = [(n, "r", "1") for n in range(100)]
+    assert [len(b.items) for b in _kind_batches("j", math, None)] == [16] * 6 + [4]
 
 
 def test_lanes_library_callers_default_to_interactive_the_cli_to_bulk():

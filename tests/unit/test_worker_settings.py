@@ -83,12 +83,12 @@ def test_worker_options_override_env():
     assert settings.broker_url == "redis://x:1/0"
     assert settings.cache_url == "redis://x:1/0"  # the cache follows the broker
     assert (settings.concurrency, settings.item_timeout_s) == (4, 1.0)
-    argv = worker_argv(settings)
+    argv = worker_argv(settings.replace(kinds=("math",)))
     assert "--pool=prefork" in argv
     assert "--concurrency=4" in argv
     # Every lane, interactive (the original queue) first.
     assert f"--queues={QUEUE},{QUEUE}.bulk" in argv
-    args = build_parser().parse_args(["--lanes", "interactive"])
+    args = build_parser().parse_args(["--lanes", "interactive", "--kinds", "math"])
     assert "--queues=gradefleet" in worker_argv(settings_from_args(args, {}))
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--lanes", "urgent"])

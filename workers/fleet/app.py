@@ -24,7 +24,7 @@ from workers.fleet.settings import WorkerSettings
 from workers.fleet.timers import TimerPurge
 from workers.sandbox.process import warm_up_verifier
 from workers.wire.connections import celery_endpoint, transport_for
-from workers.wire.contract import KEY_STATS_FIELD, QUEUE
+from workers.wire.contract import KEY_STATS_FIELD, KINDS_STATS_FIELD, QUEUE
 from workers.wire.lanes import LaneCycle
 
 __all__ = ["create_app"]
@@ -51,20 +51,25 @@ def _limit_remote_control() -> None:
             del control.Panel.data[name]
 
 
-def _key_stats_step(settings: WorkerSettings) -> type[bootsteps.StartStopStep]:
+def _node_stats_step(settings: WorkerSettings) -> type[bootsteps.StartStopStep]:
     """A worker bootstep whose `info` adds to the node's `stats` reply whether it
-    holds the fleet key, and the key's id (`workers.wire.contract.KEY_STATS_FIELD`)."""
+    holds the fleet key, and the key's id (`workers.wire.contract.KEY_STATS_FIELD`),
+    and the kinds it consumes (`KINDS_STATS_FIELD`; left out while undecided)."""
     key_id = None if settings.keyring is None else settings.keyring.signing_id
-    info = {KEY_STATS_FIELD: {"keyed": key_id is not None, "signing_key_id": key_id}}
+    info: dict[str, Any] = {
+        KEY_STATS_FIELD: {"keyed": key_id is not None, "signing_key_id": key_id}
+    }
+    if settings.kinds is not None:
+        info[KINDS_STATS_FIELD] = list(settings.kinds)
 
     # A StartStopStep (that starts nothing): only those join `worker.steps`, whose
     # `info` Celery merges into `stats` (Blueprint.info). Celery's stubs type the
     # base method as returning None.
-    class FleetKeyInfo(bootsteps.StartStopStep):
+    class NodeInfo(bootsteps.StartStopStep):
         def info(self, worker: Any) -> dict[str, Any]:  # type: ignore[override]
             return info
 
-    return FleetKeyInfo
+    return NodeInfo
 
 
 def _on_worker_init(**_: Any) -> None:
@@ -149,7 +154,7 @@ def create_app(settings: WorkerSettings) -> Celery:
     # Cancelled time-limit timers would stay in the heap until due
     # (workers.fleet.timers).
     app.steps["worker"].add(TimerPurge)
-    app.steps["worker"].add(_key_stats_step(settings))
+    app.steps["worker"].add(_node_stats_step(settings))
     worker_init.connect(_on_worker_init, weak=False, dispatch_uid="gf-worker-init")
     worker_process_init.connect(_on_process_init, weak=False, dispatch_uid="gf-init")
     worker_process_shutdown.connect(

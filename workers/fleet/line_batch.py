@@ -27,7 +27,10 @@ The lines are read and rendered with the CLI's own line code, kept below both si
 be byte for byte what the CLI writes in item mode, and that code is the format's one
 definition. A unit the worker cannot grade as a batch (its lines do not add up,
 too many rollouts, a text over the size limit) is answered "unfit": its producer
-grades those lines in item mode.
+grades those lines in item mode. So is a unit holding code rows on a node that
+does not take code (`--kinds math`): units go to the math queues, and in item mode
+the producer sends each kind's rollouts to that kind's queues (`workers.wire.lanes`),
+so the code rows reach the code workers.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workers.code.item import is_code_gold
 from workers.embedded.pool import Unit, UnitGrading
 from workers.fleet.code_metrics import code_tally, take_foreign_starts
 from workers.lines.records import InputRow, alternative_items, choose_alternatives
@@ -71,6 +75,7 @@ __all__ = [
 ]
 
 _UNFIT_SHAPE = "its line numbers, sizes or field spec do not add up"
+_UNFIT_CODE = "it holds code rows and this worker takes math only (--kinds)"
 
 
 def is_line_unit(payload: bytes | None) -> bool:
@@ -114,14 +119,17 @@ class _ReadUnit:
         return render_unit(self.rows, self.errors, chosen)
 
 
-def _read_unit(payload: bytes) -> _ReadUnit | str:
-    """The unit `payload` read, or why it is unfit for a batch."""
+def _read_unit(payload: bytes, *, code: bool = True) -> _ReadUnit | str:
+    """The unit `payload` read, or why it is unfit for a batch (`code`: whether this
+    worker takes code rows)."""
     read = read_fleet_unit(payload)
     if read is None:
         return _UNFIT_SHAPE
     rows, errors = read
     items, owners = alternative_items(rows)
     pairs = [(row.response, row.gold) for row in items]
+    if not code and any(is_code_gold(gold) for _response, gold in pairs):
+        return _UNFIT_CODE
     unfit = pairs_error(pairs)
     return unfit if unfit is not None else _ReadUnit(rows, errors, pairs, owners)
 
@@ -132,7 +140,8 @@ def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
     `GradedSummary` of what was graded since the last `keep`) and its output
     lines; or {"unfit": why} and no lines.
 
-    `unit` holds the task's options. Items are graded in growing chunks, as a
+    `unit` holds the task's options and whether this worker takes code rows
+    ("code"). Items are graded in growing chunks, as a
     batch's are; once `SAVE_AFTER_S` of grading is unkept, the verdicts so far are
     kept (with their summary, for the task to save and count). Grading is counted
     in the items' own seconds, not the unit's wall time: on a busy machine that
@@ -142,7 +151,7 @@ def grade_fleet_unit(unit: Any, payload: bytes, grade: UnitGrading) -> Unit:
     again after a hang keeps the hang's verdict with its chunk, so a lost task
     does not wait out that deadline again.
     """
-    read = _read_unit(payload)
+    read = _read_unit(payload, code=unit.get("code", True))
     if isinstance(read, str):
         return {"unfit": read}, b""
     pairs = read.pairs
@@ -200,6 +209,8 @@ class LineUnit:
     keyring: Keyring | None
     # Its lines, from its head (at least 1): its rollouts are not counted here.
     lines: int
+    # Whether this worker takes code rows (else a unit holding any is unfit).
+    code: bool = True
 
     def result(
         self, lines: Mapping[str, Any], out: bytes | None
@@ -227,7 +238,7 @@ class LineUnit:
     def batch(self) -> LineBatch:
         """The unit read here, as a batch of its rollouts (item indexes: their
         order in `grade_fleet_unit`)."""
-        read = _read_unit(self.payload)
+        read = _read_unit(self.payload, code=self.code)
         if isinstance(read, str):  # no rollouts: the result says why
             unfit = read
             return LineBatch(self.head, lambda _v: self.result({"unfit": unfit}, None))
@@ -244,8 +255,11 @@ def line_unit_task(
     payload: bytes,
     items_digest: str,
     keyring: Keyring | None,
+    *,
+    code: bool = True,
 ) -> LineUnit:
-    """The unit `payload` (`is_line_unit`) sent with task argument `wire`.
+    """The unit `payload` (`is_line_unit`) sent with task argument `wire`; `code`:
+    whether this worker takes code rows.
 
     Raises:
         InvalidRequestError: the task argument itself is invalid (ids, options),
@@ -254,4 +268,4 @@ def line_unit_task(
     attached = {k: v for k, v in wire.items() if k != "items_key"}
     head = batch_from_wire({**attached, "items": []}, allow_empty=True)
     lines = max(1, fleet_unit_lines(payload) or 0)
-    return LineUnit(head, payload, items_digest, keyring, lines)
+    return LineUnit(head, payload, items_digest, keyring, lines, code)

@@ -11,14 +11,22 @@ from typing import TYPE_CHECKING
 from workers.code.item import code_limits_from_env, code_uid_base_from_env
 from workers.errors import ConfigError
 from workers.sizing import MAX_AUTO_BATCH_SIZE, RECYCLE_AFTER_ITEMS
-from workers.wire.lanes import DEFAULT_BULK_EVERY, LANES, Lane, parse_lane
+from workers.wire.lanes import (
+    CODE,
+    DEFAULT_BULK_EVERY,
+    LANES,
+    Kind,
+    Lane,
+    parse_kind,
+    parse_lane,
+)
 from workers.wire.signing import Keyring, keyring_from_env
 from workers.wire.urls import connect_url, read_secret
 
 if TYPE_CHECKING:
     from workers.code.grade import CodeLimits
 
-__all__ = ["WorkerSettings", "parse_lanes"]
+__all__ = ["WorkerSettings", "parse_kinds", "parse_lanes"]
 
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 
@@ -49,6 +57,9 @@ class WorkerSettings:
             (`workers.wire.lanes`; all of them unless the node is dedicated to one).
         bulk_every: after this many batches in a row from other lanes, the next
             take tries the bulk lane first (bulk never starves).
+        kinds: the rollout kinds whose queues this node consumes (`math`, `code`;
+            `workers.wire.lanes`); None: decided at start (`workers.__main__`):
+            both where this machine can run the code sandbox, else math only.
         hostname: Celery node name (None: Celery's default).
         loglevel: Celery log level.
         keyring: the fleet's signing keys (`workers.wire.signing`), from
@@ -79,6 +90,7 @@ class WorkerSettings:
     max_batch_size: int = MAX_AUTO_BATCH_SIZE
     lanes: tuple[Lane, ...] = LANES
     bulk_every: int = DEFAULT_BULK_EVERY
+    kinds: tuple[Kind, ...] | None = None
     hostname: str | None = None
     loglevel: str = "INFO"
     keyring: Keyring | None = None
@@ -98,6 +110,8 @@ class WorkerSettings:
             "max_batch_size": self.max_batch_size >= 1,
             "lanes": bool(self.lanes) and len(set(self.lanes)) == len(self.lanes),
             "bulk_every": self.bulk_every >= 1,
+            "kinds": self.kinds is None
+            or (bool(self.kinds) and len(set(self.kinds)) == len(self.kinds)),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -107,6 +121,12 @@ class WorkerSettings:
     def backend_url(self) -> str:
         """Where Celery stores results (the broker's Redis unless set)."""
         return self.result_backend or self.broker_url
+
+    @property
+    def grades_code(self) -> bool:
+        """Whether this node takes code rollouts (kinds undecided: as before kinds,
+        it grades whatever it is given)."""
+        return self.kinds is None or CODE in self.kinds
 
     @property
     def item_memory_bytes(self) -> int:
@@ -171,6 +191,7 @@ class WorkerSettings:
             max_batch_size=_int(env, "GRADEFLEET_MAX_BATCH_SIZE", MAX_AUTO_BATCH_SIZE),
             lanes=parse_lanes(env.get("GRADEFLEET_LANES") or ",".join(LANES)),
             bulk_every=_int(env, "GRADEFLEET_BULK_EVERY", DEFAULT_BULK_EVERY),
+            kinds=parse_kinds(env.get("GRADEFLEET_KINDS") or "") or None,
             hostname=env.get("GRADEFLEET_HOSTNAME") or None,
             loglevel=env.get("GRADEFLEET_LOGLEVEL", "INFO"),
             test_hooks_path=env.get("GRADEFLEET_TEST_HOOKS") or None,
@@ -189,6 +210,18 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
         return tuple(parse_lane(part.strip()) for part in text.split(",") if part)
     except ValueError as exc:
         raise ConfigError(f"GRADEFLEET_LANES / --lanes: {exc}") from exc
+
+
+def parse_kinds(text: str) -> tuple[Kind, ...]:
+    """Comma-separated kind names (`math,code`), in the order given.
+
+    Raises:
+        ConfigError: an unknown kind name.
+    """
+    try:
+        return tuple(parse_kind(part.strip()) for part in text.split(",") if part)
+    except ValueError as exc:
+        raise ConfigError(f"GRADEFLEET_KINDS / --kinds: {exc}") from exc
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

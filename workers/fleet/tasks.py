@@ -232,7 +232,8 @@ class BatchRun:
         process was lost too often with no item to blame (the caller grades its
         rows then)."""
         assert self.unit is not None
-        unit = ({"options": self.request.options.to_dict()}, self.unit.payload)
+        head = {"options": self.request.options.to_dict(), "code": self.unit.code}
+        unit = (head, self.unit.payload)
         # Weighed by its lines: what the pool counts its worker's items by.
         [graded] = self.runtime.line_pool.run_units(
             [unit], [self.unit.lines], known=[self.done], on_kept=self._kept
@@ -307,7 +308,8 @@ def grade_batch(self: Task[Any, Any], wire: dict[str, Any]) -> None:
     unit = None
     if key is not None and is_line_unit(payload):  # lines, not items
         assert payload is not None
-        unit = line_unit_task(wire, payload, digest, keyring)
+        code = runtime.settings.grades_code
+        unit = line_unit_task(wire, payload, digest, keyring, code=code)
         request = unit.head
     else:
         if key is not None:  # items stored by the producer (`contract.detach_items`)

@@ -1,6 +1,6 @@
 """What crosses Redis between producers and workers: Redis URLs and clients, the fleet
 key's signatures, every Redis key and the result envelope, the task message, the
-priority lanes, and what a broker's refusal to write is.
+queues of each priority lane and rollout kind, and what a broker's refusal to write is.
 
 Both sides speak through this folder, so it holds no Celery, no grader and no
 producer code: it may import `workers.models`, `workers.errors`, `workers.sizing`

@@ -22,6 +22,7 @@ from workers.wire.signing import Keyring, items_digest
 __all__ = [
     "GRADE_BATCH",
     "KEY_STATS_FIELD",
+    "KINDS_STATS_FIELD",
     "MAX_TEXT_CHARS",
     "QUEUE",
     "WireBatch",
@@ -45,6 +46,11 @@ QUEUE = "gradefleet"
 # holds the fleet key: `{"keyed": bool, "signing_key_id": str | None}` (the id every
 # tag already carries, never the key). `gradefleet status` shows it.
 KEY_STATS_FIELD = "gradefleet_fleet_key"
+# The field of the same reply that lists the rollout kinds whose queues the worker
+# consumes (`workers.wire.lanes`): what `/readyz` of a service on a fleet reads to
+# say whether code can be graded. A worker from before kinds omits it (it took math's
+# queues only, the only ones there were).
+KINDS_STATS_FIELD = "gradefleet_kinds"
 # Bounds that keep one message from exhausting a worker before grading even starts.
 MAX_ITEMS_PER_BATCH = 10_000
 MAX_TEXT_CHARS = 1_000_000
