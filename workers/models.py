@@ -95,6 +95,12 @@ def _member(table: Mapping[str, _E], value: object, kind: str) -> _E:
 
 # Statuses that depend on load or on our own bugs, never cached as final.
 TRANSIENT_STATUSES = frozenset({Status.TIMEOUT, Status.MEMORY_LIMIT, Status.ERROR})
+# A code rollout's gold is its row's tests as JSON behind this prefix
+# (`workers.code.item`). NUL never starts a math gold a person or a data set writes;
+# a gold that did start so would be read as code and get `invalid_gold`, never a
+# pass. Here, below both graders and the wire, because the wire bounds code golds
+# differently (`contract.text_error`).
+CODE_GOLD_PREFIX = "\x00gradefleet:code\x00"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

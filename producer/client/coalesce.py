@@ -31,6 +31,7 @@ from typing import Any
 from producer.errors import ProducerError
 from workers.code.item import CODE_GOLD_PREFIX
 from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
+from workers.wire.contract import batch_sizes
 from workers.wire.lanes import INTERACTIVE, Lane
 
 __all__ = [
@@ -254,8 +255,10 @@ class Coalescer:
         self._pump()
 
     def _flush(self, key: _Key, bucket: _Bucket, now: float) -> None:
-        taken = bucket.items[: self.max_batch_items]
-        del bucket.items[: self.max_batch_items]
+        chars = (len(pair[0]) + len(pair[1]) for pair, _future in bucket.items)
+        count = next(batch_sizes(chars, self.max_batch_items))
+        taken = bucket.items[:count]
+        del bucket.items[:count]
         bucket.first_at = now
         if bucket.timer is not None:
             bucket.timer.cancel()

@@ -37,6 +37,7 @@ from workers.wire.connections import (
 from workers.wire.contract import (
     GRADE_BATCH,
     WireBatch,
+    batch_sizes,
     batch_to_wire,
     detach_items,
     sign_task,
@@ -453,9 +454,9 @@ def _kind_batches(
     runs = []
     for kind, items in by_kind.items():
         size = batch_size or batch_size_for(len(items))
-        runs.append(
-            [(kind, tuple(items[at : at + size])) for at in range(0, len(items), size)]
-        )
+        chars = (len(response) + len(gold) for _, response, gold in items)
+        cuts = itertools.accumulate(batch_sizes(chars, size), initial=0)
+        runs.append([(kind, tuple(items[a:b])) for a, b in itertools.pairwise(cuts)])
     mixed = itertools.chain.from_iterable(itertools.zip_longest(*runs))
     return [
         Batch(batch_id=f"{job_id}.{n}", items=items, kind=kind)

@@ -30,7 +30,7 @@ from producer.client.coalesce import (
 )
 from producer.errors import InvalidRolloutError
 from workers.models import GradeOptions, Verdict
-from workers.wire.contract import MAX_TEXT_CHARS
+from workers.wire.contract import text_error
 from workers.wire.lanes import INTERACTIVE, Lane
 from workers.wire.signing import keyring_from_env
 
@@ -64,10 +64,8 @@ def rollout_pairs(rollouts: Iterable[object]) -> list[tuple[str, str]]:
             raise InvalidRolloutError(
                 f"rollout {index}: response and gold must be strings"
             )
-        if max(len(response), len(gold)) > MAX_TEXT_CHARS:
-            raise InvalidRolloutError(
-                f"rollout {index}: text longer than {MAX_TEXT_CHARS}"
-            )
+        if (error := text_error(response, gold)) is not None:
+            raise InvalidRolloutError(f"rollout {index}: {error}")
         pairs.append((response, gold))
     return pairs
 

@@ -197,3 +197,28 @@ def test_python_api_grades_code_embedded_and_on_a_fleet(
     # And a row without tests is refused as a code rollout
     with pytest.raises(InvalidRolloutError, match="no code tests"):
         code_rollout(rollouts[1].response, {"answer": "4"})
+
+
+def test_code_tests_of_megabytes_are_graded_embedded_and_on_a_fleet(
+    workers: Any, redis_server: str
+) -> None:
+    # Given rollouts whose tests hold 3 MB of input each (over a math text's
+    # bound; 6 of them are 18 MB, past a batch's text budget)
+    workers.start(concurrency=1, item_timeout_s=ITEM_TIMEOUT_S)
+    tests = {"tests": {"inputs": ["x" * 3_000_000 + "\n"], "outputs": ["3000000\n"]}}
+    right = "```python\nprint(len(input()))\n```"
+    wrong = "```python\nprint(len(input()) + 1)\n```"
+    rollouts = [code_rollout(r, tests) for r in (right, wrong) * 3]
+    settings = ProducerSettings(
+        item_timeout_s=ITEM_TIMEOUT_S, processes=1, cache_dir=None
+    )
+    # When the embedded pool and the fleet grade them
+    with open_grader(None, settings=settings) as grader:
+        embedded = grader.grade(rollouts)
+    with open_grader(redis_server, settings=settings) as grader:
+        fleet = grader.grade(rollouts)
+    # Then each is graded (no input error, no batch refused), the same both ways
+    assert [v.status.value for v in embedded] == ["correct", "wrong"] * 3
+    assert [v.replace(cached=False) for v in fleet] == [
+        v.replace(cached=False) for v in embedded
+    ]

@@ -9,6 +9,7 @@ import pytest
 from producer.client.coalesce import Coalescer, OverloadedError, wait_for_items
 from workers.code.item import CODE_GOLD_PREFIX
 from workers.models import ExtractionMethod, GradeOptions, Status, Verdict
+from workers.wire.contract import MAX_BATCH_TEXT_CHARS
 from workers.wire.lanes import BULK, INTERACTIVE, Lane
 
 OPTIONS = GradeOptions()
@@ -60,6 +61,24 @@ def test_concurrent_single_calls_share_batches_and_keep_order() -> None:
     assert len(recorder.batches) == 4  # 200 calls, 50 per batch
     assert coalescer.batch_sizes == {50: 4}
     assert coalescer.backlog_items == 0
+
+
+def test_a_batch_stops_at_the_text_budget() -> None:
+    # Code rollouts with 3 MB of tests each: a batch by count alone (50) would hold
+    # 150 MB, past what a worker reads of a batch.
+    big = CODE_GOLD_PREFIX + "x" * 3_000_000
+
+    async def run() -> tuple[list[Verdict], Recorder]:
+        recorder = Recorder()
+        coalescer = Coalescer(recorder, max_batch_items=50, max_delay_s=0.001)
+        verdicts = await coalescer.grade([(str(i), big) for i in range(5)], OPTIONS)
+        return verdicts, recorder
+
+    verdicts, recorder = asyncio.run(run())
+    assert [v.extracted for v in verdicts] == [str(i) for i in range(5)]
+    assert [len(b) for b in recorder.batches] == [2, 2, 1]
+    texts = [sum(len(r) + len(g) for r, g in b) for b in recorder.batches]
+    assert max(texts) <= MAX_BATCH_TEXT_CHARS
 
 
 def test_a_lone_call_is_flushed_after_the_delay() -> None:

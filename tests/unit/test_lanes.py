@@ -260,6 +260,38 @@ def test_lanes_producer_splits_a_job_into_batches_of_one_kind():
     assert [len(b.items) for b in _kind_batches("j", math, None)] == [16] * 6 + [4]
 
 
+def test_lanes_batches_stop_at_the_text_budget_code_tests_included():
+    from producer.client.fleet import _kind_batches
+    from workers.code.item import encode_code_gold
+    from workers.wire.contract import (
+        MAX_BATCH_TEXT_CHARS,
+        MAX_CODE_GOLD_CHARS,
+        MAX_TEXT_CHARS,
+        text_error,
+    )
+
+    # Given code rollouts whose tests are 3 MB each (over a math text's bound,
+    # within a code gold's)
+    big = encode_code_gold({"tests": {"inputs": ["x" * 3_000_000], "outputs": ["1"]}})
+    assert MAX_TEXT_CHARS < len(big) <= MAX_CODE_GOLD_CHARS
+    assert text_error("r", big) is None
+    assert text_error("r", "1" * len(big)) is not None  # a math gold that long
+    assert text_error("r", big + "x" * MAX_CODE_GOLD_CHARS) is not None
+    triples = [(n, "r", big) for n in range(7)]
+    # When a job of them is cut (64 a batch by count)
+    batches = _kind_batches("job", triples, 64)
+    # Then no batch holds more text than the budget (its stored JSON would pass
+    # what a worker reads), and every rollout is in one batch once, in order
+    sizes = [sum(len(r) + len(g) for _, r, g in b.items) for b in batches]
+    assert max(sizes) <= MAX_BATCH_TEXT_CHARS
+    assert [len(b.items) for b in batches] == [2, 2, 2, 1]
+    assert [t for b in batches for t in b.items] == triples
+    # And a rollout over the budget on its own is a batch of one, never dropped
+    huge = [(0, "r" * MAX_TEXT_CHARS, big), (1, "r", big), (2, "r", "1")]
+    cut = _kind_batches("j", huge * 3, 64)
+    assert sorted(t for b in cut for t in b.items) == sorted(huge * 3)
+
+
 def test_lanes_library_callers_default_to_interactive_the_cli_to_bulk():
     from producer.client.grader import Grader, open_grader, register_scheme
     from producer.settings import ProducerSettings

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from workers.code.version import CODE_GRADER_VERSION
 from workers.errors import ConfigError
-from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
+from workers.models import (
+    CODE_GOLD_PREFIX,
+    GradeOptions,
+    Status,
+    Verdict,
+    ungraded_verdict,
+)
 
 if TYPE_CHECKING:
     from workers.code.grade import CodeLimits
@@ -49,10 +55,6 @@ __all__ = [
     "set_code_limits",
 ]
 
-# NUL never starts a math gold a person or a data set writes (`text_error` bounds
-# the length, not the characters; a gold that did start so would be read as code and
-# get `invalid_gold`, never a pass).
-CODE_GOLD_PREFIX = "\x00gradefleet:code\x00"
 
 # The top-level fields `parse_suite` (tests, function names, limits, tolerance) and
 # `extract_program` (prompt, entry point) read.

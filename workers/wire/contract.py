@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 import orjson
 
 from workers.errors import InvalidRequestError
-from workers.models import GradeOptions
+from workers.models import CODE_GOLD_PREFIX, GradeOptions
 from workers.wire.protocol import SCHEMA_VERSION, batch_items_key, indexes_read_alike
 from workers.wire.signing import Keyring, items_digest
 
@@ -23,6 +23,8 @@ __all__ = [
     "GRADE_BATCH",
     "KEY_STATS_FIELD",
     "KINDS_STATS_FIELD",
+    "MAX_BATCH_TEXT_CHARS",
+    "MAX_CODE_GOLD_CHARS",
     "MAX_TEXT_CHARS",
     "QUEUE",
     "WireBatch",
@@ -30,6 +32,7 @@ __all__ = [
     "WireItem",
     "attach_items",
     "batch_from_wire",
+    "batch_sizes",
     "batch_to_wire",
     "detach_items",
     "items_reference",
@@ -54,6 +57,13 @@ KINDS_STATS_FIELD = "gradefleet_kinds"
 # Bounds that keep one message from exhausting a worker before grading even starts.
 MAX_ITEMS_PER_BATCH = 10_000
 MAX_TEXT_CHARS = 1_000_000
+# A code rollout's gold holds its tests (stdin/stdout pairs can be megabytes): the
+# bound of a file's line (`lines.records.MAX_LINE_BYTES`), not a math answer's.
+MAX_CODE_GOLD_CHARS = 4_000_000
+# A batch's rollouts (responses and golds) stop at this many characters, whatever
+# the batch size (a batch of one may hold more): its stored JSON, at most ~6 bytes a
+# character (\uXXXX escapes), stays under `MAX_PAYLOAD_BYTES`.
+MAX_BATCH_TEXT_CHARS = 8_000_000
 MAX_ID_CHARS = 200
 # Items stored by reference: read with GETRANGE up to this many bytes, so a bigger
 # value is refused without being read whole.
@@ -61,12 +71,32 @@ MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 
 def text_error(response: str, gold: str) -> str | None:
-    """Why a rollout's text is refused (over `MAX_TEXT_CHARS`), else None: the one
-    size check, made by the producer at its entry and by the worker at the wire."""
-    longest = max(len(response), len(gold))
-    if longest <= MAX_TEXT_CHARS:
-        return None
-    return f"text of {longest:,} characters (limit {MAX_TEXT_CHARS:,})"
+    """Why a rollout's text is refused (over `MAX_TEXT_CHARS`, a code gold over
+    `MAX_CODE_GOLD_CHARS`), else None: the one size check, made by the producer at
+    its entry and by the worker at the wire."""
+    if len(response) > MAX_TEXT_CHARS:
+        return f"text of {len(response):,} characters (limit {MAX_TEXT_CHARS:,})"
+    limit = MAX_CODE_GOLD_CHARS if gold.startswith(CODE_GOLD_PREFIX) else MAX_TEXT_CHARS
+    if len(gold) > limit:
+        return f"text of {len(gold):,} characters (limit {limit:,})"
+    return None
+
+
+def batch_sizes(text_chars: Iterable[int], max_items: int) -> Iterator[int]:
+    """The sizes of the batches that rollouts, given in order as their response's
+    and gold's characters, are cut into: at most `max_items` each, and at most
+    `MAX_BATCH_TEXT_CHARS` characters unless a batch of one (a batch of code
+    rollouts with megabytes of tests each would otherwise pass `MAX_PAYLOAD_BYTES`
+    and be refused whole). Lazy: the first size reads no further than it needs."""
+    taken = used = 0
+    for chars in text_chars:
+        if taken and (taken >= max_items or used + chars > MAX_BATCH_TEXT_CHARS):
+            yield taken
+            taken = used = 0
+        taken += 1
+        used += chars
+    if taken:
+        yield taken
 
 
 class WireItem(TypedDict):
