@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from workers.code.item import code_limits_from_env, code_uid_base_from_env
 from workers.errors import ConfigError
@@ -200,16 +200,25 @@ class WorkerSettings:
         )
 
 
+_Name = TypeVar("_Name", bound=str)
+
+
+def _comma_list(
+    text: str, parse: Callable[[str], _Name], setting: str
+) -> tuple[_Name, ...]:
+    try:
+        return tuple(parse(part.strip()) for part in text.split(",") if part)
+    except ValueError as exc:
+        raise ConfigError(f"{setting}: {exc}") from exc
+
+
 def parse_lanes(text: str) -> tuple[Lane, ...]:
     """Comma-separated lane names (`interactive,bulk`), in the order given.
 
     Raises:
         ConfigError: an unknown lane name.
     """
-    try:
-        return tuple(parse_lane(part.strip()) for part in text.split(",") if part)
-    except ValueError as exc:
-        raise ConfigError(f"GRADEFLEET_LANES / --lanes: {exc}") from exc
+    return _comma_list(text, parse_lane, "GRADEFLEET_LANES / --lanes")
 
 
 def parse_kinds(text: str) -> tuple[Kind, ...]:
@@ -218,10 +227,7 @@ def parse_kinds(text: str) -> tuple[Kind, ...]:
     Raises:
         ConfigError: an unknown kind name.
     """
-    try:
-        return tuple(parse_kind(part.strip()) for part in text.split(",") if part)
-    except ValueError as exc:
-        raise ConfigError(f"GRADEFLEET_KINDS / --kinds: {exc}") from exc
+    return _comma_list(text, parse_kind, "GRADEFLEET_KINDS / --kinds")
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
