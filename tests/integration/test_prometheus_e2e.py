@@ -230,7 +230,7 @@ def test_prometheus_e2e_rate_and_hostile_timeout(node, redis_server):
     waits = 'sum(gradefleet_queue_wait_seconds_count{lane="interactive"})'
     assert (prom.scalar(waits) or 0) >= 1
     # And the real server loaded every alert rule and accepts every dashboard query
-    assert prom.rule_count() == 14
+    assert prom.rule_count() == 15
     for expr in _dashboard_exprs():
         prom.query(expr.replace("$__rate_interval", "1m"))
 

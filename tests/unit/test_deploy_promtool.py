@@ -33,7 +33,7 @@ def test_deploy_promtool_check_config():
 
 
 def test_deploy_promtool_check_rules():
-    assert "SUCCESS: 14 rules found" in _promtool("check", "rules", "alerts.yml")
+    assert "SUCCESS: 15 rules found" in _promtool("check", "rules", "alerts.yml")
 
 
 def test_deploy_promtool_test_rules():
@@ -52,7 +52,7 @@ def test_deploy_promtool_tests_cover_every_alert_firing_and_not():
             name = line.split(":", 1)[1].strip()
             following = lines[i + 1].strip() if i + 1 < len(lines) else ""
             (firing if following.startswith("exp_alerts:") else quiet).add(name)
-    assert len(alerts) == 14
+    assert len(alerts) == 15
     assert alerts == firing, alerts ^ firing
     assert alerts == quiet, alerts ^ quiet
 
