@@ -52,6 +52,7 @@ from workers import __version__
 from workers.code.item import (
     code_limits_from_env,
     code_uid_base_from_env,
+    is_code_gold,
     set_code_limits,
 )
 from workers.errors import ConfigError, GraderError
@@ -161,6 +162,8 @@ class _ChunkGrader:
         if left_s <= 0 or self.refused is not None:
             on_progress(len(rows))
             return [self._stand_in()] * len(rows)
+        if self._watch is not None and any(is_code_gold(r.gold) for r in rows):
+            self._watch.expect_code()
         try:
             return self._grader.grade(
                 rows, on_progress=self._progress(on_progress), deadline_s=left_s

@@ -18,9 +18,11 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from producer import code_rollout
+from producer.cli import cli
 from producer.client.fleet import GradingClient
 from tests.code_mixed import mixed_rows, write_jsonl
 from tests.helpers import free_port
@@ -177,3 +179,50 @@ def test_kind_routing_code_waits_queued_for_a_code_worker_and_readyz_says_so(
     finally:
         queues.close()
         server.stop()
+
+
+def test_kind_routing_cli_warns_when_no_live_worker_takes_code(
+    start_redis_server: Callable[..., str],
+    make_workers: Callable[[str], Any],
+    tmp_path: Path,
+) -> None:
+    # Given one broker with a math-only worker
+    broker = start_redis_server()
+    _start(make_workers(broker), "math", tmp_path)
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", mixed_rows())
+    out = tmp_path / "out.jsonl"
+    # When the CLI grades a mixed file on it, with a short deadline
+    args = ["grade", str(mixed), "-o", str(out), "--broker", broker, "--no-cache"]
+    result = CliRunner().invoke(cli, [*args, "--deadline-s", "8"], env={})
+    # Then the math results arrive, and a warning says within seconds that the
+    # code rollouts wait because no live worker takes code
+    assert "code rollouts wait in their queues" in result.stderr, result.stderr
+    assert "none of the 1 live workers" in result.stderr
+    assert "no live worker answers" not in result.stderr
+    # and at the deadline the code rows are written as timeouts (exit 6), while
+    # math ones were graded
+    assert result.exit_code == 6, result.output
+    rows = _read(out)
+    math = [r for r in rows if str(r["id"]).startswith("math-")]
+    code = [r for r in rows if r not in math]
+    assert code
+    assert {r["status"] for r in code} == {Status.TIMEOUT.value}
+    assert Status.CORRECT.value in {r["status"] for r in math}
+
+
+def test_kind_routing_cli_says_nothing_when_a_code_worker_is_live(
+    start_redis_server: Callable[..., str],
+    make_workers: Callable[[str], Any],
+    tmp_path: Path,
+) -> None:
+    # Given one broker with a worker that takes both kinds
+    broker = start_redis_server()
+    _start(make_workers(broker), "math,code", tmp_path)
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", mixed_rows())
+    # When the CLI grades a mixed file on it
+    args = ["grade", str(mixed), "-o", str(tmp_path / "out.jsonl")]
+    args += ["--broker", broker, "--no-cache", "--item-timeout-s", str(ITEM_TIMEOUT_S)]
+    result = CliRunner().invoke(cli, args, env={})
+    # Then every row is graded and no warning is printed
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.stderr, result.stderr
