@@ -12,7 +12,7 @@ from producer.adapters.reward import RewardConfig
 from producer.client.grading import BlockingGrader, grader_for
 from workers.code.item import is_code_gold
 from workers.models import GradeOptions, Status, Verdict, ungraded_verdict
-from workers.wire.contract import MAX_CODE_GOLD_CHARS, MAX_TEXT_CHARS
+from workers.wire.contract import MAX_TEXT_CHARS, text_error
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
@@ -61,9 +61,9 @@ def _oversized(gold: str) -> Verdict | None:
     """The verdict of a code gold over the text limit (its tests cannot be cut
     without breaking them): `invalid_gold` here, so the batch it came with is
     graded as usual. None for a gold within the limit (a math gold is cut)."""
-    if len(gold) <= MAX_CODE_GOLD_CHARS or not is_code_gold(gold):
+    if not is_code_gold(gold) or (error := text_error("", gold)) is None:
         return None
-    reason = f"code tests of {len(gold):,} characters (limit {MAX_CODE_GOLD_CHARS:,})"
+    reason = f"code tests: {error}"  # as the CLI says it of such a line
     return ungraded_verdict(Status.INVALID_GOLD, reason).replace(kind="code")
 
 

@@ -161,3 +161,20 @@ def test_trl_code_golds_read_code_columns_only_where_a_row_has_tests() -> None:
     assert decode_code_gold(golds[0]) == {"test_list": ["assert f(1) == 2"]}
     assert decode_code_gold(golds[2])["prompt"] == "def f(x):\n"  # HumanEval's
     assert code_golds({"solution": ["4"]}, 1) == [None]  # no code column at all
+
+
+def test_a_code_gold_over_its_bound_is_invalid_gold_and_the_rest_graded() -> None:
+    from producer.adapters._common import _split
+    from workers.code.item import encode_code_gold
+    from workers.wire.contract import MAX_CODE_GOLD_CHARS, MAX_TEXT_CHARS
+
+    big = encode_code_gold({"tests": {"inputs": ["x" * MAX_CODE_GOLD_CHARS]}})
+    fits = encode_code_gold({"tests": {"inputs": ["x" * MAX_TEXT_CHARS]}})
+    known, todo = _split([("r", big), ("r", fits), ("r", "1" * (MAX_TEXT_CHARS + 9))])
+    assert known[0] is not None
+    assert known[0].status is Status.INVALID_GOLD
+    assert known[0].kind == "code"
+    assert "limit 4,000,000" in known[0].reason
+    assert known[1:] == [None, None]
+    # a code gold within its bound goes whole; a math gold is cut to its bound
+    assert todo == [("r", fits), ("r", "1" * MAX_TEXT_CHARS)]
